@@ -1,0 +1,115 @@
+# celaudit — audit stored Kubernetes objects against the CEL rules the cluster declares.
+
+IMG ?= celaudit:latest
+LOCALBIN ?= $(shell pwd)/bin
+CACHE_DIR ?= $(HOME)/.cache/celaudit
+CONTROLLER_TOOLS_VERSION ?= v0.23.0
+GOLANGCI_LINT_VERSION ?= v2.15.0
+CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
+GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
+GO_TEST_FLAGS ?= -count=1
+BENCH_OBJECTS ?= 10000
+
+SHELL = /usr/bin/env bash -o pipefail
+.SHELLFLAGS = -ec
+
+.PHONY: all
+all: build
+
+##@ General
+
+.PHONY: help
+help: ## Display this help.
+	@awk 'BEGIN {FS = ":.*##"; printf "\nUsage:\n  make \033[36m<target>\033[0m\n"} /^[a-zA-Z_0-9-]+:.*?##/ { printf "  \033[36m%-15s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) } ' $(MAKEFILE_LIST)
+
+##@ Development
+
+.PHONY: manifests
+manifests: controller-gen ## Generate CRDs and RBAC from the markers in api/ and controllers/.
+	$(CONTROLLER_GEN) rbac:roleName=celaudit-manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+
+.PHONY: generate
+generate: controller-gen ## Generate DeepCopy methods for the API types.
+	$(CONTROLLER_GEN) object paths="./api/..."
+
+.PHONY: verify-gen
+verify-gen: manifests generate ## Regenerate and fail if the committed generated files differ.
+	@git diff --exit-code -- api config || { echo "generated files are out of date: run 'make manifests generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files"; exit 1; }
+
+.PHONY: fmt
+fmt: ## Run go fmt.
+	go fmt ./...
+
+.PHONY: vet
+vet: ## Run go vet.
+	go vet ./...
+
+.PHONY: lint
+lint: golangci-lint ## Run golangci-lint.
+	$(GOLANGCI_LINT) run ./...
+
+.PHONY: envtest
+envtest: ## Build (once, cached under ~/.cache/celaudit) kube-apiserver, etcd and kubectl for tests and the demo.
+	@hack/setup-envtest.sh >/dev/null
+
+.PHONY: test
+test: envtest ## Run unit tests and the envtest integration tests against a real kube-apiserver and etcd.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" go test $(GO_TEST_FLAGS) ./... 
+
+.PHONY: bench
+bench: envtest ## Run the micro and macro benchmarks and record them in BENCHMARKS.md.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=$(BENCH_OBJECTS) hack/bench.sh
+
+##@ Build
+
+.PHONY: build
+build: ## Build the celaudit binary into bin/.
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/celaudit .
+
+.PHONY: run
+run: ## Run celaudit against the cluster of the current kubeconfig.
+	go run . $(ARGS)
+
+.PHONY: demo
+demo: envtest ## Start a local kube-apiserver and etcd, store objects, tighten their rules and show the reports.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" go run ./test/demo
+
+.PHONY: docker-build
+docker-build: ## Build the container image.
+	docker build -t $(IMG) .
+
+##@ Deployment
+
+.PHONY: install
+install: manifests ## Install the report CRDs into the cluster of the current kubeconfig.
+	kubectl apply -k config/crd
+
+.PHONY: uninstall
+uninstall: ## Remove the report CRDs.
+	kubectl delete --ignore-not-found -k config/crd
+
+.PHONY: deploy
+deploy: manifests ## Deploy celaudit (CRDs, RBAC, Deployment) with image $(IMG).
+	cd config/manager && kubectl kustomize . >/dev/null
+	kubectl apply -k config/default
+
+.PHONY: undeploy
+undeploy: ## Remove the deployment.
+	kubectl delete --ignore-not-found -k config/default
+
+##@ Tools
+
+.PHONY: controller-gen
+controller-gen: $(CONTROLLER_GEN) ## Install controller-gen into bin/.
+$(CONTROLLER_GEN):
+	@mkdir -p $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_TOOLS_VERSION)
+	mv $(LOCALBIN)/controller-gen $@
+
+.PHONY: golangci-lint
+golangci-lint: $(GOLANGCI_LINT) ## Install golangci-lint into bin/.
+$(GOLANGCI_LINT):
+	@mkdir -p $(LOCALBIN)
+	GOBIN=$(LOCALBIN) go install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION)
+	mv $(LOCALBIN)/golangci-lint $@

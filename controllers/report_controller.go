@@ -1,0 +1,143 @@
+package controllers
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/report"
+)
+
+// ResultSource gives the current results of one namespace ("" for cluster-scoped objects).
+type ResultSource interface {
+	Namespace(namespace string) []audit.Result
+}
+
+// ReportReconciler keeps the PolicyReports of one namespace (or the ClusterPolicyReports) equal to the
+// current results, writing only reports whose content changed.
+type ReportReconciler struct {
+	Client  client.Client
+	Results ResultSource
+	// Ready reports whether the results reflect the whole cluster; until then nothing is written, so a
+	// restart never publishes a partial report.
+	Ready    func() bool
+	Notifier *Notifier
+	Options  report.Options
+	// Coalesce is the delay between a change and the write of its report: writes under churn are batched.
+	Coalesce time.Duration
+	Clock    clock.PassiveClock
+}
+
+// +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
+
+// Reconcile rebuilds the reports of one namespace from the current results and writes the difference.
+func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if !r.Ready() {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	existing, err := r.existing(ctx, req.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	desired := report.Build(r.Results.Namespace(req.Namespace), report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
+	changes := report.Diff(desired, existing)
+	if changes.Empty() {
+		return ctrl.Result{}, nil
+	}
+	if err := r.apply(ctx, changes); err != nil {
+		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
+			// The cache has not seen our last write yet: try again once it has.
+			return ctrl.Result{RequeueAfter: r.Coalesce}, nil
+		}
+		return ctrl.Result{}, err
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
+		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
+		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
+		"deleted", len(changes.PolicyReports.Delete)+len(changes.ClusterPolicyReports.Delete))
+	return ctrl.Result{}, nil
+}
+
+func (r *ReportReconciler) existing(ctx context.Context, namespace string) (report.Reports, error) {
+	var out report.Reports
+	sel := client.MatchingLabels{report.ManagedByLabel: report.ManagedByValue}
+	if namespace == "" {
+		list := &v1alpha2.ClusterPolicyReportList{}
+		if err := r.Client.List(ctx, list, sel); err != nil {
+			return out, fmt.Errorf("listing ClusterPolicyReports: %w", err)
+		}
+		out.ClusterPolicyReports = list.Items
+		return out, nil
+	}
+	list := &v1alpha2.PolicyReportList{}
+	if err := r.Client.List(ctx, list, sel, client.InNamespace(namespace)); err != nil {
+		return out, fmt.Errorf("listing PolicyReports in %s: %w", namespace, err)
+	}
+	out.PolicyReports = list.Items
+	return out, nil
+}
+
+func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
+	var errs []error
+	for i := range c.PolicyReports.Create {
+		errs = append(errs, r.Client.Create(ctx, &c.PolicyReports.Create[i]))
+	}
+	for i := range c.PolicyReports.Update {
+		errs = append(errs, r.Client.Update(ctx, &c.PolicyReports.Update[i]))
+	}
+	for i := range c.PolicyReports.Delete {
+		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, &c.PolicyReports.Delete[i])))
+	}
+	for i := range c.ClusterPolicyReports.Create {
+		errs = append(errs, r.Client.Create(ctx, &c.ClusterPolicyReports.Create[i]))
+	}
+	for i := range c.ClusterPolicyReports.Update {
+		errs = append(errs, r.Client.Update(ctx, &c.ClusterPolicyReports.Update[i]))
+	}
+	for i := range c.ClusterPolicyReports.Delete {
+		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, &c.ClusterPolicyReports.Delete[i])))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("writing reports: %w", err)
+	}
+	return nil
+}
+
+// SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes
+// to celaudit's own reports, so a report edited or deleted by hand is restored.
+func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
+	if r.Client == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
+		return fmt.Errorf("ReportReconciler needs Client, Results, Ready and Notifier")
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	if r.Coalesce <= 0 {
+		r.Coalesce = time.Second
+	}
+	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{reportRequest(o.GetNamespace())}
+	})
+	managed := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return report.IsManaged(o) }))
+	b := ctrl.NewControllerManagedBy(mgr).
+		Named("policyreport").
+		Watches(&v1alpha2.PolicyReport{}, toNamespace, managed).
+		Watches(&v1alpha2.ClusterPolicyReport{}, toNamespace, managed).
+		WatchesRawSource(r.Notifier.Source(r.Coalesce))
+	for _, o := range opts {
+		b = o(b)
+	}
+	return b.Complete(r)
+}

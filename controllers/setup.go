@@ -1,0 +1,221 @@
+package controllers
+
+import (
+	"flag"
+	"fmt"
+	"net/http"
+	"runtime"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/crdrules"
+	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/scan"
+)
+
+// Options are celaudit's settings; BindFlags exposes them as command-line flags.
+type Options struct {
+	MetricsAddr          string
+	ProbeAddr            string
+	LeaderElect          bool
+	LeaderElectionNS     string
+	ResyncPeriod         time.Duration
+	Workers              int
+	PageSize             int64
+	QPS                  float32
+	Burst                int
+	ReportVerdicts       string
+	MaxResultsPerReport  int
+	MaxReportBytes       int
+	ReportCoalesce       time.Duration
+	ExcludeCRDGroups     string
+	SkipControllerChecks bool // tests start several managers in one process
+}
+
+// DefaultOptions returns the defaults of every flag.
+func DefaultOptions() Options {
+	return Options{
+		MetricsAddr:         ":8080",
+		ProbeAddr:           ":8081",
+		ResyncPeriod:        time.Hour,
+		Workers:             runtime.NumCPU(),
+		PageSize:            500,
+		QPS:                 50,
+		Burst:               100,
+		ReportVerdicts:      "fail,warn,error,skip",
+		MaxReportBytes:      report.DefaultMaxReportBytes,
+		ReportCoalesce:      time.Second,
+		ExcludeCRDGroups:    v1alpha2.GroupVersion.Group,
+	}
+}
+
+// BindFlags registers the options as flags on fs.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "Address of the health and readiness probes.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader, so that only one replica audits and writes reports.")
+	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", o.LeaderElectionNS, "Namespace of the leader election lease (default: the pod's namespace).")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Interval of the periodic full re-evaluation of every policy; 0 disables it. Unchanged results cause no writes.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Objects evaluated in parallel.")
+	fs.Int64Var(&o.PageSize, "page-size", o.PageSize, "Limit of each paginated LIST of audited objects.")
+	fs.Func("kube-api-qps", fmt.Sprintf("Queries per second to the API server (default %v).", o.QPS), func(s string) error {
+		var v float64
+		if _, err := fmt.Sscan(s, &v); err != nil {
+			return fmt.Errorf("invalid QPS %q: %w", s, err)
+		}
+		o.QPS = float32(v)
+		return nil
+	})
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
+	fs.StringVar(&o.ReportVerdicts, "report-results", o.ReportVerdicts, "Comma-separated verdicts listed in reports (pass,fail,warn,error,skip); the summary always counts all of them.")
+	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many results; 0 splits by size only.")
+	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
+	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Delay that batches result changes into one report write.")
+	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
+}
+
+func (o Options) verdicts() ([]audit.Verdict, error) {
+	var out []audit.Verdict
+	for _, s := range strings.Split(o.ReportVerdicts, ",") {
+		switch v := audit.Verdict(strings.TrimSpace(s)); v {
+		case audit.Pass, audit.Fail, audit.Warn, audit.Error, audit.Skip:
+			out = append(out, v)
+		case "":
+		default:
+			return nil, fmt.Errorf("unknown verdict %q in --report-results", s)
+		}
+	}
+	return out, nil
+}
+
+// Scheme returns the scheme of every type celaudit reads with a typed client.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(v1alpha2.AddToScheme(s))
+	return s
+}
+
+// Operator is a wired celaudit: run it with Start.
+type Operator struct {
+	ctrl.Manager
+	// Settled reports whether the results reflect every object under every policy the cluster held at
+	// start-up and no rescan is pending; reports are written from then on.
+	Settled func() bool
+	// Results holds the current results.
+	Results *results.Store
+}
+
+// NewOperator wires celaudit: the result store, the scan engine and every reconciler.
+func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
+	verdicts, err := o.verdicts()
+	if err != nil {
+		return nil, err
+	}
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+
+	managed := labels.SelectorFromSet(labels.Set{report.ManagedByLabel: report.ManagedByValue})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
+		LeaderElectionID:        "celaudit.celaudit.io",
+		LeaderElectionNamespace: o.LeaderElectionNS,
+		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
+			// Only our own reports are cached: other tools' reports can be large and are none of our business.
+			&v1alpha2.PolicyReport{}:        {Label: managed},
+			&v1alpha2.ClusterPolicyReport{}: {Label: managed},
+		}},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding health check: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return nil, fmt.Errorf("adding readiness check: %w", err)
+	}
+
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
+	}
+	notifier := NewNotifier()
+	store := results.NewStore(notifier.Notify)
+	engine := scan.New(dyn, store, ctrl.Log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
+	if err := mgr.Add(engine); err != nil {
+		return nil, fmt.Errorf("adding scan engine: %w", err)
+	}
+	gate := NewGate(CRDSource)
+	ctrlOpts := controllerOptions(o)
+
+	excluded := map[string]bool{}
+	for _, g := range strings.Split(o.ExcludeCRDGroups, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			excluded[g] = true
+		}
+	}
+	if err := (&CRDReconciler{
+		Client:   mgr.GetClient(),
+		Registry: engine,
+		Compile: func(crd *apiextensionsv1.CustomResourceDefinition) audit.Policy {
+			return crdrules.Compile(crd, crdrules.Options{})
+		},
+		Audited: func(crd *apiextensionsv1.CustomResourceDefinition) bool { return !excluded[crd.Spec.Group] },
+		Resync:  o.ResyncPeriod,
+		Gate:    gate,
+	}).SetupWithManager(mgr, ctrlOpts); err != nil {
+		return nil, fmt.Errorf("setting up CRD controller: %w", err)
+	}
+	settled := func() bool { return gate.Open() && engine.Synced() }
+	if err := (&ReportReconciler{
+		Client:   mgr.GetClient(),
+		Results:  store,
+		Ready:    settled,
+		Notifier: notifier,
+		Options:  report.Options{ListVerdicts: verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
+		Coalesce: o.ReportCoalesce,
+	}).SetupWithManager(mgr, ctrlOpts); err != nil {
+		return nil, fmt.Errorf("setting up report controller: %w", err)
+	}
+	if err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
+		if !settled() {
+			return fmt.Errorf("first audit in progress")
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("adding audit readiness check: %w", err)
+	}
+	return &Operator{Manager: mgr, Settled: settled, Results: store}, nil
+}
+
+func controllerOptions(o Options) func(*ctrl.Builder) *ctrl.Builder {
+	return func(b *ctrl.Builder) *ctrl.Builder {
+		return b.WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, o.Workers),
+			SkipNameValidation:      ptr.To(o.SkipControllerChecks),
+		})
+	}
+}

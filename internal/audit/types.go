@@ -1,0 +1,95 @@
+package audit
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Source is the value of every result's source field.
+const Source = "celaudit"
+
+// Verdict is the outcome of one rule for one object, as PolicyReports spell it.
+type Verdict string
+
+// The verdicts of the PolicyReport API. Rule failures are values of this type, never Go errors.
+const (
+	Pass  Verdict = "pass"
+	Fail  Verdict = "fail"
+	Warn  Verdict = "warn"
+	Error Verdict = "error"
+	Skip  Verdict = "skip"
+)
+
+// Severities of the PolicyReport API.
+const (
+	SeverityCritical = "critical"
+	SeverityHigh     = "high"
+	SeverityMedium   = "medium"
+	SeverityLow      = "low"
+	SeverityInfo     = "info"
+)
+
+// Property keys shared by the rule sources.
+const (
+	PropResultID          = "resultID"
+	PropRule              = "rule"
+	PropFieldPath         = "fieldPath"
+	PropReason            = "reason"
+	PropCRDVersion        = "crdVersion"
+	PropBinding           = "binding"
+	PropParam             = "param"
+	PropValidationActions = "validationActions"
+	PropOperation         = "operation"
+	PropFailurePolicy     = "failurePolicy"
+)
+
+// ObjectRef identifies an audited object in the version it was read in.
+type ObjectRef struct {
+	APIVersion string
+	Kind       string
+	Namespace  string
+	Name       string
+	UID        types.UID
+}
+
+// RefOf returns the reference of obj.
+func RefOf(obj *unstructured.Unstructured) ObjectRef {
+	return ObjectRef{
+		APIVersion: obj.GetAPIVersion(),
+		Kind:       obj.GetKind(),
+		Namespace:  obj.GetNamespace(),
+		Name:       obj.GetName(),
+		UID:        obj.GetUID(),
+	}
+}
+
+// Result is one row of a report: the verdict of one rule (or of a whole policy, for a pass) on one object.
+//
+// Results must be deterministic: evaluating the same rule on the same object yields an identical Result, so
+// that an unchanged cluster produces byte-identical reports.
+type Result struct {
+	Policy     string
+	Rule       string
+	Category   string
+	Severity   string
+	Verdict    Verdict
+	Message    string
+	Properties map[string]string
+	Resource   ObjectRef
+}
+
+// Policy is a compiled source of rules. Compilation happens once, when the policy is built; Evaluate is
+// called for every object of every resource the policy lists and must not panic on any stored object.
+type Policy interface {
+	// Key identifies the policy among every source, e.g. "crd/widgets.example.com". Results are stored and
+	// replaced per (policy key, resource, object).
+	Key() string
+	// Resources lists the resources, in the version to read them in, whose objects the policy evaluates.
+	Resources() []schema.GroupVersionResource
+	// Evaluate returns the results for obj, read at gvr. It returns at least one result for every object it
+	// covers (a pass when nothing failed) and none for objects it does not cover.
+	Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []Result
+}

@@ -1,0 +1,273 @@
+package crdrules
+
+import (
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// Details the CEL validator prints that name no rule.
+const (
+	budgetDetail            = "validation failed due to running out of cost budget, no further validation rules will be run"
+	messageExpressionBudget = "messageExpression evaluation failed due to running out of cost budget, no further validation rules will be run"
+	initErrorPrefix         = "rule compiler initialization error: "
+	compileErrorPrefix      = "rule compile error: "
+)
+
+// slot is one rule at one occurrence: a field error can come from at most one rule run.
+type slot struct {
+	occ  int
+	rule int // index in the node's rules; -1 for the node's initialization error
+	// failure is true for the path a failure is reported at (the node's path plus the rule's
+	// fieldPath); false for the node's own path, where compile, runtime and budget errors are reported.
+	failure bool
+}
+
+// match is a slot that can have produced a field error, with how sure the match is.
+type match struct {
+	slot    slot
+	score   int
+	verdict audit.Verdict
+}
+
+// attribute names the rule of each CEL field error. It walks the rule tree alongside obj as the
+// validator did, and matches each error against what every rule run there can print: its path, type,
+// value and detail. Errors are matched best-first and each rule run is used at most once, so two rules
+// with the same message at the same place still get one error each; when two rules could have printed
+// the very same error, the earlier rule is named. Budget errors name no rule: see budgetFinding.
+func attribute(root *ruleNode, obj interface{}, errs field.ErrorList) []Finding {
+	occs := collectOccurrences(root, obj)
+	byField := map[string][]slot{}
+	for i, o := range occs {
+		nodePath := o.path.String()
+		if o.node.initErr {
+			byField[nodePath] = append(byField[nodePath], slot{occ: i, rule: -1})
+		}
+		for j := range o.node.rules {
+			r := &o.node.rules[j]
+			byField[nodePath] = append(byField[nodePath], slot{occ: i, rule: j})
+			if r.evaluated {
+				fp := nodePath
+				if r.fieldPath != "" {
+					fp = o.path.Child(r.fieldPath).String()
+				}
+				byField[fp] = append(byField[fp], slot{occ: i, rule: j, failure: true})
+			}
+		}
+	}
+
+	sorted := append(field.ErrorList(nil), errs...)
+	sort.SliceStable(sorted, func(i, j int) bool { return errorKey(sorted[i]) < errorKey(sorted[j]) })
+
+	used := map[slot]bool{}
+	// The highest rule index that reported at each occurrence, for placing budget errors.
+	lastIndex := map[int]int{}
+	findings := make([]Finding, 0, len(sorted))
+	var budgetErrs field.ErrorList
+	for _, e := range sorted {
+		if e.Type == field.ErrorTypeInvalid && e.Detail == budgetDetail {
+			budgetErrs = append(budgetErrs, e)
+			continue
+		}
+		var best *match
+		for _, s := range byField[e.Field] {
+			m, ok := score(occs, s, e)
+			if ok && better(occs, m, best, used) {
+				mm := m
+				best = &mm
+			}
+		}
+		if best == nil {
+			findings = append(findings, unattributed(e))
+			continue
+		}
+		used[best.slot] = true
+		if best.slot.rule > lastIndex[best.slot.occ] || !hasKey(lastIndex, best.slot.occ) {
+			lastIndex[best.slot.occ] = best.slot.rule
+		}
+		findings = append(findings, findingFor(occs, best.slot, e, best.verdict))
+	}
+
+	for _, e := range budgetErrs {
+		findings = append(findings, budgetFinding(occs, byField[e.Field], used, lastIndex, e))
+	}
+	return findings
+}
+
+// budgetFinding attributes an error "running out of cost budget". The validator runs a node's rules in
+// order and stops at the rule that ran out, so that rule comes after the last rule of the node that
+// reported an error. When exactly one rule of the node is left, it is named; otherwise the finding
+// names the node's rules as a whole ("<path>.x-kubernetes-validations"), since the rules that passed
+// before it leave no trace.
+func budgetFinding(occs []occurrence, slots []slot, used map[slot]bool, lastIndex map[int]int, e *field.Error) Finding {
+	var left []slot
+	for _, s := range slots {
+		o := occs[s.occ]
+		if s.failure || s.rule < 0 || !o.node.rules[s.rule].evaluated || used[s] || e.BadValue != o.node.schema.Type {
+			continue
+		}
+		if last, ok := lastIndex[s.occ]; ok && s.rule <= last {
+			continue
+		}
+		left = append(left, s)
+	}
+	if len(left) == 0 {
+		return unattributed(e)
+	}
+	if len(left) == 1 {
+		used[left[0]] = true
+		return findingFor(occs, left[0], e, audit.Error)
+	}
+	first := left[0]
+	for _, s := range left[1:] {
+		if slotOrder(occs, s) < slotOrder(occs, first) {
+			first = s
+		}
+	}
+	return findingFor(occs, slot{occ: first.occ, rule: -1}, e, audit.Error)
+}
+
+func hasKey(m map[int]int, k int) bool {
+	_, ok := m[k]
+	return ok
+}
+
+// errorKey orders field errors independently of the validator's map iteration.
+func errorKey(e *field.Error) string {
+	return e.Field + "\x00" + string(e.Type) + "\x00" + e.Detail + "\x00" + fmt.Sprintf("%#v", e.BadValue)
+}
+
+// better reports whether m is a better match than best: a higher score, then a rule run not yet
+// used, then the earlier rule and occurrence.
+func better(occs []occurrence, m match, best *match, used map[slot]bool) bool {
+	if best == nil {
+		return true
+	}
+	if m.score != best.score {
+		return m.score > best.score
+	}
+	if used[m.slot] != used[best.slot] {
+		return !used[m.slot]
+	}
+	mo, bo := slotOrder(occs, m.slot), slotOrder(occs, best.slot)
+	if mo != bo {
+		return mo < bo
+	}
+	return m.slot.occ < best.slot.occ
+}
+
+func slotOrder(occs []occurrence, s slot) int {
+	if s.rule < 0 {
+		return -1
+	}
+	return occs[s.occ].node.rules[s.rule].order
+}
+
+// score tells whether the rule run s can have printed e, and how specifically.
+func score(occs []occurrence, s slot, e *field.Error) (match, bool) {
+	o := occs[s.occ]
+	nodeType := o.node.schema.Type
+	if s.rule < 0 {
+		if e.Type == field.ErrorTypeInvalid && strings.HasPrefix(e.Detail, initErrorPrefix) && e.BadValue == nodeType {
+			return match{slot: s, score: 3, verdict: audit.Error}, true
+		}
+		return match{}, false
+	}
+	r := &o.node.rules[s.rule]
+	if !s.failure {
+		switch {
+		case r.compileErr != "":
+			if e.Type != field.ErrorTypeInvalid || e.BadValue != nodeType || !strings.HasPrefix(e.Detail, compileErrorPrefix) {
+				return match{}, false
+			}
+			// Compile errors may name the generated type of self, which differs between compilations.
+			sc := 2
+			if e.Detail == r.compileErr {
+				sc = 3
+			}
+			return match{slot: s, score: sc, verdict: audit.Error}, true
+		case r.evaluated:
+			if runtimeErrorOf(r, e, nodeType) {
+				return match{slot: s, score: 3, verdict: audit.Error}, true
+			}
+		}
+		return match{}, false
+	}
+
+	// A failure, or an error of its messageExpression, reported at the rule's fieldPath.
+	if r.hasMessageExpression {
+		quoted := fmt.Sprintf("%q", r.rule.MessageExpression)
+		switch {
+		case e.Type == field.ErrorTypeInvalid && e.BadValue == nodeType &&
+			(e.Detail == messageExpressionBudget || e.Detail == "no further validation rules will be run due to call cost exceeds limit for messageExpression: "+quoted):
+			return match{slot: s, score: 3, verdict: audit.Error}, true
+		case e.Type == field.ErrorTypeInternal && e.Detail == "runtime cost could not be calculated for messageExpression: "+quoted:
+			return match{slot: s, score: 3, verdict: audit.Error}, true
+		}
+	}
+	if e.Type != r.failureType {
+		return match{}, false
+	}
+	if e.Type == field.ErrorTypeInvalid || e.Type == field.ErrorTypeDuplicate {
+		var want interface{} = o.value
+		if nodeType == "object" || nodeType == "array" {
+			want = field.OmitValueType{}
+		}
+		if !reflect.DeepEqual(e.BadValue, want) {
+			return match{}, false
+		}
+	}
+	switch {
+	case e.Type == field.ErrorTypeDuplicate, e.Detail == r.message:
+		return match{slot: s, score: 3, verdict: audit.Fail}, true
+	case r.hasMessageExpression && e.Detail != "":
+		return match{slot: s, score: 2, verdict: audit.Fail}, true
+	}
+	return match{}, false
+}
+
+// runtimeErrorOf tells whether e is the validator's report of rule r failing to evaluate.
+func runtimeErrorOf(r *ruleInfo, e *field.Error, nodeType string) bool {
+	res := r.errorString
+	noCost := "runtime cost could not be calculated for validation rule: " + res + ", no further validation rules will be run"
+	switch e.Type {
+	case field.ErrorTypeInternal:
+		return e.Detail == noCost
+	case field.ErrorTypeInvalid:
+		if e.BadValue != nodeType {
+			return false
+		}
+		return e.Detail == noCost ||
+			strings.HasSuffix(e.Detail, "': call arguments did not match a supported operator, function or macro signature for rule: "+res) ||
+			strings.HasSuffix(e.Detail, "': no further validation rules will be run due to call cost exceeds limit for rule: "+res) ||
+			strings.HasSuffix(e.Detail, " evaluating rule: "+res)
+	}
+	return false
+}
+
+// findingFor is the finding of e, produced by the rule run s.
+func findingFor(occs []occurrence, s slot, e *field.Error, verdict audit.Verdict) Finding {
+	n := occs[s.occ].node
+	if s.rule < 0 {
+		return fromFieldError(e, joinPath(n.schemaPath, "x-kubernetes-validations"), "", verdict)
+	}
+	r := &n.rules[s.rule]
+	return fromFieldError(e, r.id, r.rule.Rule, verdict)
+}
+
+// unattributed is the finding of a CEL error no rule of the schema can have printed. It cannot
+// happen with the apiserver's validator; it is kept rather than dropped so nothing is lost.
+func unattributed(e *field.Error) Finding {
+	verdict := audit.Fail
+	if e.Type == field.ErrorTypeInternal || strings.Contains(e.Detail, "no further validation rules will be run") ||
+		strings.Contains(e.Detail, " evaluating rule: ") || strings.HasPrefix(e.Detail, compileErrorPrefix) ||
+		strings.HasPrefix(e.Detail, initErrorPrefix) {
+		verdict = audit.Error
+	}
+	return fromFieldError(e, RuleIDValidations, "", verdict)
+}

@@ -1,0 +1,221 @@
+package crdrules
+
+import (
+	"context"
+	"fmt"
+	"sort"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// Annotations on a CRD that override the category and severity of its results.
+const (
+	AnnotationCategory = "celaudit.io/category"
+	AnnotationSeverity = "celaudit.io/severity"
+)
+
+// DefaultCategory is the category of results when neither the options nor the CRD name one.
+const DefaultCategory = "CRD Validation"
+
+// Rule identities of findings that no single x-kubernetes-validations rule produced.
+const (
+	// RuleIDSchema names the OpenAPI checks (types, formats, patterns, enums, bounds, required fields,
+	// list types, embedded resources, metadata) and problems building the version's validation.
+	RuleIDSchema = "schema"
+	// RuleIDValidations names CEL findings that belong to no single rule: the rules not run because
+	// the object failed blocking schema checks, and errors no rule of the schema can have produced.
+	RuleIDValidations = "x-kubernetes-validations"
+)
+
+// Options tune compilation. The zero value gives the apiserver's defaults.
+type Options struct {
+	// PerCallLimit bounds the runtime cost of one evaluation of one rule. Default celconfig.PerCallLimit.
+	PerCallLimit uint64
+	// RuntimeCostBudget bounds the runtime cost of all rules for one object, as the apiserver does per
+	// request. Default celconfig.RuntimeCELCostBudget.
+	RuntimeCostBudget int64
+	// Category of the results. Default DefaultCategory; the CRD annotation celaudit.io/category wins.
+	Category string
+	// Severity of the results. Default audit.SeverityMedium; the CRD annotation celaudit.io/severity wins
+	// when it holds one of the PolicyReport severities.
+	Severity string
+}
+
+// withDefaults returns the options with every zero field replaced by the apiserver's default.
+func (o Options) withDefaults() Options {
+	if o.PerCallLimit == 0 {
+		o.PerCallLimit = celconfig.PerCallLimit
+	}
+	if o.RuntimeCostBudget == 0 {
+		o.RuntimeCostBudget = celconfig.RuntimeCELCostBudget
+	}
+	if o.Category == "" {
+		o.Category = DefaultCategory
+	}
+	if o.Severity == "" {
+		o.Severity = audit.SeverityMedium
+	}
+	return o
+}
+
+// Finding is one outcome of validating one object in one version: a field error the apiserver would
+// return, or a rule that cannot be judged on a stored object.
+type Finding struct {
+	// RuleID identifies the rule: for a CEL rule its schema path and index, e.g.
+	// "spec.x-kubernetes-validations[0]" or "spec.items[*].x-kubernetes-validations[1]" ("[*]" stands for
+	// the items of a list and the values of a map, ".allOf[i]" for an allOf branch); the node's path and
+	// "x-kubernetes-validations" without index for an error of a node's rules as a whole (they could not
+	// be compiled, or ran out of cost budget at a rule that cannot be told); RuleIDSchema for the OpenAPI
+	// checks; RuleIDValidations for CEL findings of no single node.
+	RuleID string
+	// Rule is the CEL expression, empty for schema checks.
+	Rule string
+	// Message is the field error exactly as the apiserver prints it (field.Error.Error()), or for a skip
+	// the reason the rule was not judged.
+	Message string
+	// FieldPath is the path of the field error ("" for the object itself).
+	FieldPath string
+	// Reason is the field error type, e.g. "FieldValueInvalid" or "FieldValueForbidden".
+	Reason string
+	// Verdict is fail for a rule or check the object breaks, error for a rule that could not be
+	// evaluated (compile or runtime error, cost limit) and skip for a rule that was not evaluated.
+	Verdict audit.Verdict
+	// FieldError is true when Message is one of the field errors the apiserver lists when it rejects
+	// the object (`<Kind>.<group> "<name>" is invalid: [...]`); false for findings only an audit makes,
+	// such as skipped transition rules. The apiserver prints identical field errors once.
+	FieldError bool
+}
+
+// Policy is the compiled validation of one CRD: every served version with a schema.
+type Policy struct {
+	name      string
+	group     string
+	plural    string
+	category  string
+	severity  string
+	versions  map[string]*versionPolicy
+	resources []schema.GroupVersionResource
+}
+
+var _ audit.Policy = &Policy{}
+
+// Compile builds the audit policy of crd. Compile once per CRD uid and generation: it compiles every
+// rule. Problems building a version (a schema that is not structural, a rule that does not compile)
+// never fail Compile; they surface as error findings of that version's objects.
+func Compile(crd *apiextensionsv1.CustomResourceDefinition, opts Options) *Policy {
+	opts = opts.withDefaults()
+	p := &Policy{
+		category: opts.Category,
+		severity: opts.Severity,
+		versions: map[string]*versionPolicy{},
+	}
+	if crd == nil {
+		return p
+	}
+	p.name = crd.Name
+	p.group = crd.Spec.Group
+	p.plural = crd.Spec.Names.Plural
+	if c := crd.Annotations[AnnotationCategory]; c != "" {
+		p.category = c
+	}
+	if s := crd.Annotations[AnnotationSeverity]; validSeverity(s) {
+		p.severity = s
+	}
+	for i := range crd.Spec.Versions {
+		v := &crd.Spec.Versions[i]
+		if !v.Served || v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
+			continue
+		}
+		if _, dup := p.versions[v.Name]; dup {
+			continue
+		}
+		p.versions[v.Name] = compileVersion(crd, v.Name, opts)
+		p.resources = append(p.resources, schema.GroupVersionResource{Group: p.group, Version: v.Name, Resource: p.plural})
+	}
+	sort.Slice(p.resources, func(i, j int) bool { return p.resources[i].Version < p.resources[j].Version })
+	return p
+}
+
+func validSeverity(s string) bool {
+	switch s {
+	case audit.SeverityCritical, audit.SeverityHigh, audit.SeverityMedium, audit.SeverityLow, audit.SeverityInfo:
+		return true
+	}
+	return false
+}
+
+// Key identifies the policy among every source: "crd/" and the CRD name.
+func (p *Policy) Key() string { return "crd/" + p.name }
+
+// Resources lists every served version whose schema has validation, sorted by version.
+func (p *Policy) Resources() []schema.GroupVersionResource {
+	return append([]schema.GroupVersionResource(nil), p.resources...)
+}
+
+// Evaluate returns the results for obj read at gvr: one per finding, or a single pass when the object
+// neither fails nor errors on any rule. It returns nothing for a resource the policy does not cover.
+func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	if obj == nil || gvr.Group != p.group || gvr.Resource != p.plural {
+		return nil
+	}
+	if _, ok := p.versions[gvr.Version]; !ok {
+		return nil
+	}
+	findings := p.Findings(ctx, gvr.Version, obj)
+	ref := audit.RefOf(obj)
+	results := make([]audit.Result, 0, len(findings)+1)
+	passed := true
+	for _, f := range findings {
+		if f.Verdict == audit.Fail || f.Verdict == audit.Error {
+			passed = false
+		}
+		props := map[string]string{audit.PropCRDVersion: gvr.Version}
+		if f.FieldPath != "" {
+			props[audit.PropFieldPath] = f.FieldPath
+		}
+		if f.Reason != "" {
+			props[audit.PropReason] = f.Reason
+		}
+		if f.Rule != "" {
+			props[audit.PropRule] = f.Rule
+		}
+		results = append(results, audit.Result{
+			Policy:     p.name,
+			Rule:       f.RuleID,
+			Category:   p.category,
+			Severity:   p.severity,
+			Verdict:    f.Verdict,
+			Message:    f.Message,
+			Properties: props,
+			Resource:   ref,
+		})
+	}
+	if passed {
+		results = append(results, audit.Result{
+			Policy:     p.name,
+			Category:   p.category,
+			Severity:   p.severity,
+			Verdict:    audit.Pass,
+			Message:    fmt.Sprintf("object satisfies the validation of %s %s", p.name, gvr.Version),
+			Properties: map[string]string{audit.PropCRDVersion: gvr.Version},
+			Resource:   ref,
+		})
+	}
+	return results
+}
+
+// Findings validates obj as the given version of the CRD, with the semantics of a CREATE, and returns
+// the findings sorted by field path, rule and message. It returns nil for a version the policy does
+// not cover and no findings for an object that passes.
+func (p *Policy) Findings(ctx context.Context, version string, obj *unstructured.Unstructured) []Finding {
+	vp, ok := p.versions[version]
+	if !ok {
+		return nil
+	}
+	return vp.findings(ctx, obj)
+}

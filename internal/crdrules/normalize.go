@@ -1,0 +1,86 @@
+package crdrules
+
+import (
+	"encoding/json"
+	"math"
+)
+
+// normalizeObject returns a deep copy of obj whose values have the types the apiserver's unstructured
+// JSON decoder produces: int64 for integers, float64 for other numbers. CEL rules see integers only as
+// int64; an object decoded with encoding/json (float64 everywhere) or built in Go (int) would
+// otherwise fail every integer rule. The copy also keeps the caller's object safe from the validators.
+func normalizeObject(obj map[string]interface{}) map[string]interface{} {
+	out, _ := normalizeValue(obj).(map[string]interface{})
+	return out
+}
+
+func normalizeValue(v interface{}) interface{} {
+	switch t := v.(type) {
+	case map[string]interface{}:
+		if t == nil {
+			return t
+		}
+		out := make(map[string]interface{}, len(t))
+		for k, e := range t {
+			out[k] = normalizeValue(e)
+		}
+		return out
+	case []interface{}:
+		if t == nil {
+			return t
+		}
+		out := make([]interface{}, len(t))
+		for i, e := range t {
+			out[i] = normalizeValue(e)
+		}
+		return out
+	case float64:
+		return normalizeFloat(t)
+	case float32:
+		return normalizeFloat(float64(t))
+	case int:
+		return int64(t)
+	case int8:
+		return int64(t)
+	case int16:
+		return int64(t)
+	case int32:
+		return int64(t)
+	case uint:
+		return normalizeUint(uint64(t))
+	case uint8:
+		return int64(t)
+	case uint16:
+		return int64(t)
+	case uint32:
+		return int64(t)
+	case uint64:
+		return normalizeUint(t)
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i
+		}
+		if f, err := t.Float64(); err == nil {
+			return f
+		}
+		return t.String()
+	default:
+		return v
+	}
+}
+
+// normalizeFloat turns a whole number into int64, as the decoder does for a JSON number written
+// without fraction or exponent.
+func normalizeFloat(f float64) interface{} {
+	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 && !math.IsInf(f, 0) {
+		return int64(f)
+	}
+	return f
+}
+
+func normalizeUint(u uint64) interface{} {
+	if u <= math.MaxInt64 {
+		return int64(u)
+	}
+	return float64(u)
+}

@@ -1,0 +1,61 @@
+package report
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// benchResults returns n results spread over 50 namespaces, a fifth of them violations, as a large
+// cluster's audit gives.
+func benchResults(n int) []audit.Result {
+	verdicts := []audit.Verdict{audit.Pass, audit.Pass, audit.Fail, audit.Pass, audit.Pass}
+	out := make([]audit.Result, n)
+	for i := range out {
+		out[i] = newResult(
+			withObject(fmt.Sprintf("ns-%02d", i%50), fmt.Sprintf("w-%06d", i)),
+			withVerdict(verdicts[i%len(verdicts)]),
+			withMessage(fmt.Sprintf("replicas must be positive, got -%d", i)),
+		)
+	}
+	return out
+}
+
+func BenchmarkBuild10k(b *testing.B) {
+	results := benchResults(10_000)
+	previous := PreviousTimestamps(Build(results, nil, scanTime(), Options{}))
+	b.ReportAllocs()
+	for b.Loop() {
+		Build(results, previous, scanTime(), Options{})
+	}
+}
+
+func BenchmarkBuild10kViolationsOneNamespace(b *testing.B) {
+	results := manyResults("team-a", 10_000)
+	b.ReportAllocs()
+	for b.Loop() {
+		Build(results, nil, scanTime(), Options{MaxResultsPerReport: 1000})
+	}
+}
+
+func BenchmarkDiffUnchanged10k(b *testing.B) {
+	opts := Options{IncludePass: true}
+	desired := Build(benchResults(10_000), nil, scanTime(), opts)
+	existing := stored(desired)
+	b.ReportAllocs()
+	for b.Loop() {
+		if !Diff(desired, existing).Empty() {
+			b.Fatal("unchanged reports produced writes")
+		}
+	}
+}
+
+func BenchmarkBuild100k(b *testing.B) {
+	results := benchResults(100_000)
+	previous := PreviousTimestamps(Build(results, nil, scanTime(), Options{}))
+	b.ReportAllocs()
+	for b.Loop() {
+		Build(results, previous, scanTime(), Options{})
+	}
+}

@@ -1,0 +1,636 @@
+package report
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// reportRef names a report for assertions: namespace ("" for a ClusterPolicyReport) and name.
+type reportRef struct{ namespace, name string }
+
+func refsOf(r Reports) []reportRef {
+	var out []reportRef
+	for _, p := range r.ClusterPolicyReports {
+		out = append(out, reportRef{"", p.Name})
+	}
+	for _, p := range r.PolicyReports {
+		out = append(out, reportRef{p.Namespace, p.Name})
+	}
+	return out
+}
+
+// allSummaries returns every report's summary with its results, in output order.
+func allContents(r Reports) ([]v1alpha2.PolicyReportSummary, [][]v1alpha2.PolicyReportResult) {
+	var sums []v1alpha2.PolicyReportSummary
+	var results [][]v1alpha2.PolicyReportResult
+	for _, p := range r.ClusterPolicyReports {
+		sums, results = append(sums, p.Summary), append(results, p.Results)
+	}
+	for _, p := range r.PolicyReports {
+		sums, results = append(sums, p.Summary), append(results, p.Results)
+	}
+	return sums, results
+}
+
+func total(sums []v1alpha2.PolicyReportSummary) v1alpha2.PolicyReportSummary {
+	var t v1alpha2.PolicyReportSummary
+	for _, s := range sums {
+		t.Pass += s.Pass
+		t.Fail += s.Fail
+		t.Warn += s.Warn
+		t.Error += s.Error
+		t.Skip += s.Skip
+	}
+	return t
+}
+
+func TestBuildGroupsByNamespace(t *testing.T) {
+	tests := []struct {
+		name    string
+		results []audit.Result
+		want    []reportRef
+	}{
+		{name: "no results, no reports", results: nil, want: nil},
+		{
+			name:    "one namespace",
+			results: []audit.Result{newResult(), newResult(withObject("team-a", "w2"))},
+			want:    []reportRef{{"team-a", "celaudit"}},
+		},
+		{
+			name: "namespaces sorted, cluster-scoped objects in the cluster report",
+			results: []audit.Result{
+				newResult(withObject("team-b", "w1")),
+				newResult(withObject("", "global"), withKind("example.com/v1", "ClusterWidget")),
+				newResult(withObject("team-a", "w1")),
+			},
+			want: []reportRef{{"", "celaudit"}, {"team-a", "celaudit"}, {"team-b", "celaudit"}},
+		},
+		{
+			name:    "namespace with only passes still gets a report",
+			results: []audit.Result{newResult(withObject("quiet", "w1"), withVerdict(audit.Pass))},
+			want:    []reportRef{{"quiet", "celaudit"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Build(tt.results, nil, scanTime(), Options{})
+			if refs := refsOf(got); !slices.Equal(refs, tt.want) {
+				t.Fatalf("reports = %v, want %v", refs, tt.want)
+			}
+			for _, p := range got.PolicyReports {
+				if !IsManaged(&p) || p.Kind != "PolicyReport" || p.APIVersion != "wgpolicyk8s.io/v1alpha2" {
+					t.Errorf("report %s/%s: labels %v, type %v", p.Namespace, p.Name, p.Labels, p.TypeMeta)
+				}
+				for _, r := range p.Results {
+					if r.Resources[0].Namespace != p.Namespace {
+						t.Errorf("report %s lists a result of namespace %q", p.Namespace, r.Resources[0].Namespace)
+					}
+				}
+			}
+			for _, p := range got.ClusterPolicyReports {
+				if !IsManaged(&p) || p.Kind != "ClusterPolicyReport" || p.Namespace != "" {
+					t.Errorf("cluster report %s: labels %v, type %v, namespace %q", p.Name, p.Labels, p.TypeMeta, p.Namespace)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildResultFields(t *testing.T) {
+	in := newResult(withProperty(audit.PropReason, "FieldValueInvalid"))
+	inProps := len(in.Properties)
+	got := Build([]audit.Result{in}, nil, scanTime(), Options{})
+
+	want := v1alpha2.PolicyReportResult{
+		Source:    "celaudit",
+		Policy:    "crd/widgets.example.com",
+		Rule:      "spec.replicas",
+		Category:  "CRD validation",
+		Severity:  v1alpha2.SeverityMedium,
+		Timestamp: metav1.Timestamp{Seconds: scanTime().Unix()},
+		Result:    v1alpha2.StatusFail,
+		Scored:    true,
+		Resources: []corev1.ObjectReference{{
+			APIVersion: "example.com/v1", Kind: "Widget", Namespace: "team-a", Name: "w1", UID: "uid-team-a-w1",
+		}},
+		Message: "replicas must be positive",
+		Properties: map[string]string{
+			audit.PropFieldPath: "spec.replicas",
+			audit.PropReason:    "FieldValueInvalid",
+			audit.PropResultID:  in.ID(),
+		},
+	}
+	if len(got.PolicyReports) != 1 || len(got.PolicyReports[0].Results) != 1 {
+		t.Fatalf("got %+v, want one report with one result", got)
+	}
+	if r := got.PolicyReports[0].Results[0]; !equality.Semantic.DeepEqual(r, want) {
+		t.Errorf("result =\n%+v\nwant\n%+v", r, want)
+	}
+	if len(in.Properties) != inProps {
+		t.Errorf("Build modified the input properties: %v", in.Properties)
+	}
+}
+
+func TestBuildListsAndCounts(t *testing.T) {
+	all := []audit.Verdict{audit.Pass, audit.Fail, audit.Warn, audit.Error, audit.Skip}
+	results := manyResults("team-a", 10, all...) // two of each verdict
+	wantSummary := v1alpha2.PolicyReportSummary{Pass: 2, Fail: 2, Warn: 2, Error: 2, Skip: 2}
+
+	tests := []struct {
+		name       string
+		opts       Options
+		wantListed []v1alpha2.PolicyResult
+	}{
+		{
+			name:       "default lists all but passes",
+			wantListed: []v1alpha2.PolicyResult{"fail", "warn", "error", "skip"},
+		},
+		{
+			name:       "IncludePass lists passes too",
+			opts:       Options{IncludePass: true},
+			wantListed: []v1alpha2.PolicyResult{"pass", "fail", "warn", "error", "skip"},
+		},
+		{
+			name:       "ListVerdicts selects",
+			opts:       Options{ListVerdicts: []audit.Verdict{audit.Fail, audit.Error}},
+			wantListed: []v1alpha2.PolicyResult{"fail", "error"},
+		},
+		{
+			name:       "ListVerdicts with IncludePass",
+			opts:       Options{ListVerdicts: []audit.Verdict{audit.Fail}, IncludePass: true},
+			wantListed: []v1alpha2.PolicyResult{"pass", "fail"},
+		},
+		{
+			name:       "empty ListVerdicts keeps summaries only",
+			opts:       Options{ListVerdicts: []audit.Verdict{}},
+			wantListed: nil,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Build(results, nil, scanTime(), tt.opts)
+			if len(got.PolicyReports) != 1 {
+				t.Fatalf("got %d reports, want 1", len(got.PolicyReports))
+			}
+			rep := got.PolicyReports[0]
+			if rep.Summary != wantSummary {
+				t.Errorf("summary = %+v, want %+v", rep.Summary, wantSummary)
+			}
+			listed := map[v1alpha2.PolicyResult]int{}
+			for _, r := range rep.Results {
+				listed[r.Result]++
+			}
+			if len(rep.Results) != 2*len(tt.wantListed) {
+				t.Errorf("listed %d results (%v), want %d", len(rep.Results), listed, 2*len(tt.wantListed))
+			}
+			for _, v := range tt.wantListed {
+				if listed[v] != 2 {
+					t.Errorf("listed %d %q results, want 2", listed[v], v)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildNormalizesInvalidValues(t *testing.T) {
+	tests := []struct {
+		name         string
+		in           audit.Result
+		wantResult   v1alpha2.PolicyResult
+		wantSeverity v1alpha2.PolicyResultSeverity
+		wantProps    map[string]string
+	}{
+		{
+			name:         "unknown verdict is published as an error",
+			in:           newResult(withVerdict("maybe")),
+			wantResult:   v1alpha2.StatusError,
+			wantSeverity: v1alpha2.SeverityMedium,
+		},
+		{
+			name:         "severity outside the enum is kept as a property",
+			in:           newResult(withSeverity("urgent")),
+			wantResult:   v1alpha2.StatusFail,
+			wantSeverity: "",
+			wantProps:    map[string]string{PropOriginalSeverity: "urgent"},
+		},
+		{
+			name:         "empty severity stays empty",
+			in:           newResult(withSeverity("")),
+			wantResult:   v1alpha2.StatusFail,
+			wantSeverity: "",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Build([]audit.Result{tt.in}, nil, scanTime(), Options{})
+			rep := got.PolicyReports[0]
+			r := rep.Results[0]
+			if r.Result != tt.wantResult || r.Severity != tt.wantSeverity {
+				t.Errorf("result %q severity %q, want %q %q", r.Result, r.Severity, tt.wantResult, tt.wantSeverity)
+			}
+			if tt.wantResult == v1alpha2.StatusError && rep.Summary.Error != 1 {
+				t.Errorf("summary = %+v, want one error", rep.Summary)
+			}
+			for k, v := range tt.wantProps {
+				if r.Properties[k] != v {
+					t.Errorf("property %s = %q, want %q", k, r.Properties[k], v)
+				}
+			}
+		})
+	}
+}
+
+func TestBuildDeduplicatesEqualResults(t *testing.T) {
+	a := newResult()
+	b := newResult() // same object, rule, verdict and message: the same result ID
+	c := newResult(withMessage("another message"))
+	got := Build([]audit.Result{a, b, c}, nil, scanTime(), Options{})
+	rep := got.PolicyReports[0]
+	if rep.Summary.Fail != 2 || len(rep.Results) != 2 {
+		t.Errorf("summary %+v with %d results, want 2 fails listed once each", rep.Summary, len(rep.Results))
+	}
+}
+
+// variedResults returns results over several namespaces, objects, kinds, policies, rules and verdicts,
+// including objects sharing a name and results differing only by message.
+func variedResults() []audit.Result {
+	var out []audit.Result
+	verdicts := []audit.Verdict{audit.Pass, audit.Fail, audit.Warn, audit.Error, audit.Skip}
+	for _, ns := range []string{"", "team-a", "team-b"} {
+		for obj := range 4 {
+			for _, kind := range []string{"Widget", "Gadget"} {
+				for rule := range 3 {
+					name := []string{"alpha", "beta", "gamma", "delta"}[obj]
+					out = append(out, newResult(
+						withObject(ns, name),
+						withKind("example.com/v1", kind),
+						withPolicy("crd/"+strings.ToLower(kind)+"s.example.com"),
+						withRule([]string{"spec.a", "spec.b", "spec.c"}[rule]),
+						withVerdict(verdicts[(obj+rule)%len(verdicts)]),
+					))
+				}
+			}
+			out = append(out, newResult(withObject(ns, "alpha"), withMessage("second message on the same rule")))
+		}
+	}
+	return out
+}
+
+func TestBuildIsDeterministic(t *testing.T) {
+	base := variedResults()
+	opts := Options{IncludePass: true, MaxResultsPerReport: 7}
+	want := Build(base, nil, scanTime(), opts)
+	wantJSON, err := json.Marshal(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 20 {
+		shuffled := slices.Clone(base)
+		rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
+		got := Build(shuffled, nil, scanTime(), opts)
+		if !equality.Semantic.DeepEqual(got, want) {
+			t.Fatalf("shuffle %d: reports differ", i)
+		}
+		gotJSON, err := json.Marshal(got)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(gotJSON) != string(wantJSON) {
+			t.Fatalf("shuffle %d: serialized reports differ", i)
+		}
+	}
+
+	// Within a report, results follow the documented order.
+	_, results := allContents(want)
+	for _, rs := range results {
+		for i := 1; i < len(rs); i++ {
+			a, b := rs[i-1], rs[i]
+			ka := []string{a.Resources[0].Name, a.Resources[0].Kind, a.Resources[0].APIVersion, string(a.Resources[0].UID), a.Policy, a.Rule, a.Properties[audit.PropResultID]}
+			kb := []string{b.Resources[0].Name, b.Resources[0].Kind, b.Resources[0].APIVersion, string(b.Resources[0].UID), b.Policy, b.Rule, b.Properties[audit.PropResultID]}
+			if slices.Compare(ka, kb) >= 0 {
+				t.Errorf("results out of order: %v before %v", ka, kb)
+			}
+		}
+	}
+}
+
+func TestBuildTimestamps(t *testing.T) {
+	kept := newResult(withObject("team-a", "old"))
+	fresh := newResult(withObject("team-a", "new"))
+	pass := newResult(withObject("team-a", "ok"), withVerdict(audit.Pass))
+	earlier := metav1.Timestamp{Seconds: 1_700_000_000, Nanos: 42}
+	previous := map[string]metav1.Timestamp{
+		kept.ID(): earlier,
+		pass.ID(): earlier, // a pass listed by an earlier configuration
+		"gone":    earlier,
+	}
+	nowTS := metav1.Timestamp{Seconds: scanTime().Unix()}
+
+	tests := []struct {
+		name string
+		opts Options
+		want map[string]metav1.Timestamp // by object name
+	}{
+		{
+			name: "previous kept, new stamped now, unlisted pass absent",
+			want: map[string]metav1.Timestamp{"old": earlier, "new": nowTS},
+		},
+		{
+			name: "listed pass keeps its timestamp",
+			opts: Options{IncludePass: true},
+			want: map[string]metav1.Timestamp{"old": earlier, "new": nowTS, "ok": earlier},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Build([]audit.Result{kept, fresh, pass}, previous, scanTime(), tt.opts)
+			stamps := map[string]metav1.Timestamp{}
+			for _, r := range got.PolicyReports[0].Results {
+				stamps[r.Resources[0].Name] = r.Timestamp
+			}
+			if !equality.Semantic.DeepEqual(stamps, tt.want) {
+				t.Errorf("timestamps = %v, want %v", stamps, tt.want)
+			}
+		})
+	}
+}
+
+func TestBuildIsStableAcrossScans(t *testing.T) {
+	results := variedResults()
+	first := Build(results, nil, scanTime(), Options{})
+	later := Build(results, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
+	if !equality.Semantic.DeepEqual(first, later) {
+		t.Fatal("an unchanged audit an hour later produced different reports")
+	}
+	if ch := Diff(later, first); !ch.Empty() {
+		t.Fatalf("an unchanged audit produced writes: %+v", ch)
+	}
+
+	// One result changes its message: only that result gets a new timestamp.
+	changed := slices.Clone(results)
+	i := slices.IndexFunc(changed, func(r audit.Result) bool { return r.Verdict == audit.Fail })
+	changed[i].Message = "a new message"
+	next := Build(changed, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
+	nextStamps := PreviousTimestamps(next)
+	newID := changed[i].ID()
+	if _, ok := nextStamps[newID]; !ok {
+		t.Fatalf("changed result %s not published", newID)
+	}
+	if len(nextStamps) != len(PreviousTimestamps(first)) {
+		t.Errorf("%d results published, want %d", len(nextStamps), len(PreviousTimestamps(first)))
+	}
+	for id, ts := range nextStamps {
+		wantSeconds := scanTime().Unix()
+		if id == newID {
+			wantSeconds = scanTime().Add(time.Hour).Unix()
+		}
+		if ts.Seconds != wantSeconds {
+			t.Errorf("result %s stamped %d, want %d", id, ts.Seconds, wantSeconds)
+		}
+	}
+}
+
+func TestBuildChunks(t *testing.T) {
+	longMessage := strings.Repeat("x", 3000)
+	tests := []struct {
+		name    string
+		results []audit.Result
+		opts    Options
+		// wantReports is the exact number of reports; 0 asks for several, each full (see assertFull).
+		wantReports int
+		// maxListed and maxBytes bound every chunk's results; 0 skips the check.
+		maxListed int
+		maxBytes  int
+	}{
+		{
+			name:        "10,000 violations, 1,000 per report",
+			results:     manyResults("team-a", 10_000),
+			opts:        Options{MaxResultsPerReport: 1000},
+			wantReports: 10,
+			maxListed:   1000,
+		},
+		{
+			name:        "count limit with passes interleaved",
+			results:     manyResults("team-a", 1000, audit.Pass, audit.Fail, audit.Pass, audit.Warn),
+			opts:        Options{MaxResultsPerReport: 100},
+			wantReports: 5,
+			maxListed:   100,
+		},
+		{
+			name: "byte limit",
+			results: func() []audit.Result {
+				rs := manyResults("team-a", 1000, audit.Fail, audit.Pass)
+				for i := range rs {
+					rs[i].Message += " " + longMessage
+				}
+				return rs
+			}(),
+			opts:     Options{MaxReportBytes: 100_000},
+			maxBytes: 100_000,
+		},
+		{
+			name: "default byte limit keeps reports under the object size limit",
+			results: func() []audit.Result {
+				rs := manyResults("team-a", 10_000)
+				for i := range rs {
+					rs[i].Message += " " + longMessage
+				}
+				return rs
+			}(),
+			maxBytes: DefaultMaxReportBytes,
+		},
+		{
+			name:        "a result larger than the limit gets a report of its own",
+			results:     manyResults("team-a", 3),
+			opts:        Options{MaxReportBytes: 10},
+			wantReports: 3,
+		},
+		{
+			name:        "only passes: one report with the summary",
+			results:     manyResults("team-a", 5000, audit.Pass),
+			opts:        Options{MaxResultsPerReport: 10},
+			wantReports: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Build(tt.results, nil, scanTime(), tt.opts)
+			switch {
+			case tt.wantReports > 0 && len(got.PolicyReports) != tt.wantReports:
+				t.Fatalf("got %d reports, want %d", len(got.PolicyReports), tt.wantReports)
+			case tt.wantReports == 0 && len(got.PolicyReports) < 2:
+				t.Fatalf("got %d reports, want several", len(got.PolicyReports))
+			case tt.wantReports == 0:
+				assertFull(t, got.PolicyReports, tt.maxBytes)
+			}
+			for i, rep := range got.PolicyReports {
+				if rep.Name != ChunkName(i) {
+					t.Errorf("report %d named %q, want %q", i, rep.Name, ChunkName(i))
+				}
+				if tt.maxListed > 0 && len(rep.Results) > tt.maxListed {
+					t.Errorf("report %s lists %d results, limit %d", rep.Name, len(rep.Results), tt.maxListed)
+				}
+				if tt.maxBytes > 0 {
+					b, err := json.Marshal(rep.Results)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(b) > tt.maxBytes {
+						t.Errorf("report %s results take %d bytes, limit %d", rep.Name, len(b), tt.maxBytes)
+					}
+					obj, err := json.Marshal(rep)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if len(obj) > 1536*1024 {
+						t.Errorf("report %s takes %d bytes, over the etcd object limit", rep.Name, len(obj))
+					}
+				}
+			}
+			assertSummariesAddUp(t, tt.results, got)
+		})
+	}
+}
+
+// assertFull checks that chunks are filled greedily: every report but the last would have gone over the
+// byte limit with the first result of the next one.
+func assertFull(t *testing.T, reports []v1alpha2.PolicyReport, maxBytes int) {
+	t.Helper()
+	size := func(r v1alpha2.PolicyReportResult) int {
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(b) + 1
+	}
+	for i := 0; i+1 < len(reports); i++ {
+		used := 1 // the array's brackets, less the last separator
+		for _, r := range reports[i].Results {
+			used += size(r)
+		}
+		if next := size(reports[i+1].Results[0]); used+next <= maxBytes {
+			t.Errorf("report %s holds %d bytes and had room for the next result (%d bytes)", reports[i].Name, used, next)
+		}
+	}
+}
+
+// assertSummariesAddUp checks that each report's summary counts what it lists, plus unlisted passes, and
+// that the summaries add up to the input's totals.
+func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
+	t.Helper()
+	var want v1alpha2.PolicyReportSummary
+	for _, r := range in {
+		switch r.Verdict {
+		case audit.Pass:
+			want.Pass++
+		case audit.Fail:
+			want.Fail++
+		case audit.Warn:
+			want.Warn++
+		case audit.Error:
+			want.Error++
+		case audit.Skip:
+			want.Skip++
+		}
+	}
+	sums, results := allContents(got)
+	if tot := total(sums); tot != want {
+		t.Errorf("summaries add up to %+v, want %+v", tot, want)
+	}
+	for i, rs := range results {
+		var listed v1alpha2.PolicyReportSummary
+		for _, r := range rs {
+			switch r.Result {
+			case v1alpha2.StatusFail:
+				listed.Fail++
+			case v1alpha2.StatusWarn:
+				listed.Warn++
+			case v1alpha2.StatusError:
+				listed.Error++
+			case v1alpha2.StatusSkip:
+				listed.Skip++
+			}
+		}
+		listed.Pass = sums[i].Pass // passes are not listed by default
+		if listed != sums[i] {
+			t.Errorf("report %d: summary %+v, listed %+v", i, sums[i], listed)
+		}
+	}
+}
+
+func TestTruncateMessage(t *testing.T) {
+	tests := []struct {
+		name string
+		msg  string
+		max  int
+		want string
+	}{
+		{name: "short", msg: "abc", max: 20, want: "abc"},
+		{name: "exactly the limit", msg: strings.Repeat("a", 20), max: 20, want: strings.Repeat("a", 20)},
+		{name: "one over", msg: strings.Repeat("a", 21), max: 20, want: "aaaaa" + TruncationMarker},
+		{name: "no limit", msg: strings.Repeat("a", 100), max: -1, want: strings.Repeat("a", 100)},
+		{name: "cut inside a multi-byte rune", msg: "aaaa€€€€€€€€€€€€", max: 20, want: "aaaa" + TruncationMarker},
+		{name: "limit below the marker", msg: strings.Repeat("a", 100), max: 3, want: TruncationMarker},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := truncateMessage(tt.msg, tt.max)
+			if got != tt.want {
+				t.Errorf("truncateMessage = %q, want %q", got, tt.want)
+			}
+			if tt.max >= len(TruncationMarker) && len(got) > tt.max {
+				t.Errorf("truncated to %d bytes, limit %d", len(got), tt.max)
+			}
+		})
+	}
+}
+
+func TestBuildTruncatesMessages(t *testing.T) {
+	long := newResult(withMessage(strings.Repeat("m", 10_000)))
+	tests := []struct {
+		name    string
+		opts    Options
+		wantLen int
+	}{
+		{name: "default limit", opts: Options{}, wantLen: DefaultMaxMessageBytes},
+		{name: "custom limit", opts: Options{MaxMessageBytes: 100}, wantLen: 100},
+		{name: "no limit", opts: Options{MaxMessageBytes: -1}, wantLen: 10_000},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := Build([]audit.Result{long}, nil, scanTime(), tt.opts).PolicyReports[0].Results[0]
+			if len(r.Message) != tt.wantLen {
+				t.Errorf("message of %d bytes, want %d", len(r.Message), tt.wantLen)
+			}
+			if tt.wantLen < 10_000 && !strings.HasSuffix(r.Message, TruncationMarker) {
+				t.Errorf("truncated message lacks the marker: ...%q", r.Message[len(r.Message)-20:])
+			}
+			// The ID identifies the full message, so truncation does not merge distinct results.
+			if r.Properties[audit.PropResultID] != long.ID() {
+				t.Errorf("resultID = %s, want %s", r.Properties[audit.PropResultID], long.ID())
+			}
+		})
+	}
+}
+
+func TestChunkName(t *testing.T) {
+	for i, want := range []string{"celaudit", "celaudit-1", "celaudit-2", "celaudit-10"} {
+		idx := []int{0, 1, 2, 10}[i]
+		if got := ChunkName(idx); got != want {
+			t.Errorf("ChunkName(%d) = %q, want %q", idx, got, want)
+		}
+	}
+}

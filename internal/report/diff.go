@@ -1,0 +1,148 @@
+package report
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+)
+
+// ObjectChanges lists the writes of one kind of report, each list sorted by namespace and name.
+type ObjectChanges[T any] struct {
+	// Create holds desired reports that do not exist yet.
+	Create []T
+	// Update holds existing reports whose content differs from the desired one: the existing object
+	// (metadata, resourceVersion included) carrying the desired labels, scope, summary and results.
+	Update []T
+	// Delete holds existing reports celaudit owns that are no longer desired.
+	Delete []T
+}
+
+// Changes lists the writes that turn the existing reports into the desired ones.
+type Changes struct {
+	PolicyReports        ObjectChanges[v1alpha2.PolicyReport]
+	ClusterPolicyReports ObjectChanges[v1alpha2.ClusterPolicyReport]
+}
+
+// Empty reports whether there is nothing to write.
+func (c Changes) Empty() bool {
+	return c.PolicyReports.empty() && c.ClusterPolicyReports.empty()
+}
+
+func (c ObjectChanges[T]) empty() bool {
+	return len(c.Create) == 0 && len(c.Update) == 0 && len(c.Delete) == 0
+}
+
+// Diff compares the desired reports (from Build) with the existing ones (read from the cluster) and
+// returns what to create, update and delete. An existing report is updated only when its labels, scope,
+// scope selector, summary or results differ semantically from the desired ones, so an unchanged audit
+// writes nothing. Existing reports not owned by celaudit are never deleted; one that bears a desired name
+// (a celaudit report whose label was removed) is taken over by the update.
+//
+// Labels set by others on existing reports are kept; only celaudit's own labels are enforced.
+func Diff(desired, existing Reports) Changes {
+	return Changes{
+		PolicyReports: diffObjects(desired.PolicyReports, existing.PolicyReports, kindOps[v1alpha2.PolicyReport]{
+			meta:     func(r *v1alpha2.PolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta },
+			deepCopy: (*v1alpha2.PolicyReport).DeepCopy,
+			sameContent: func(a, b *v1alpha2.PolicyReport) bool {
+				return sameContent(a.Scope, b.Scope, a.ScopeSelector, b.ScopeSelector, a.Summary, b.Summary, a.Results, b.Results)
+			},
+		}),
+		ClusterPolicyReports: diffObjects(desired.ClusterPolicyReports, existing.ClusterPolicyReports, kindOps[v1alpha2.ClusterPolicyReport]{
+			meta:     func(r *v1alpha2.ClusterPolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta },
+			deepCopy: (*v1alpha2.ClusterPolicyReport).DeepCopy,
+			sameContent: func(a, b *v1alpha2.ClusterPolicyReport) bool {
+				return sameContent(a.Scope, b.Scope, a.ScopeSelector, b.ScopeSelector, a.Summary, b.Summary, a.Results, b.Results)
+			},
+		}),
+	}
+}
+
+// sameContent compares the content fields both report kinds share. The summary is compared first: it is
+// cheap and differs whenever the set of results changes.
+func sameContent(
+	scopeA, scopeB *corev1.ObjectReference,
+	selA, selB *metav1.LabelSelector,
+	sumA, sumB v1alpha2.PolicyReportSummary,
+	resA, resB []v1alpha2.PolicyReportResult,
+) bool {
+	return sumA == sumB &&
+		equality.Semantic.DeepEqual(scopeA, scopeB) &&
+		equality.Semantic.DeepEqual(selA, selB) &&
+		equality.Semantic.DeepEqual(resA, resB)
+}
+
+// kindOps gives diffObjects access to what it needs of one report kind.
+type kindOps[T any] struct {
+	meta        func(*T) *metav1.ObjectMeta
+	deepCopy    func(*T) *T
+	sameContent func(a, b *T) bool // scope, scope selector, summary and results; not metadata
+}
+
+type objectKey struct{ namespace, name string }
+
+func keyOf(m *metav1.ObjectMeta) objectKey { return objectKey{m.Namespace, m.Name} }
+
+func compareKeys(a, b objectKey) int {
+	return cmp.Or(cmp.Compare(a.namespace, b.namespace), cmp.Compare(a.name, b.name))
+}
+
+func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] {
+	current := make(map[objectKey]*T, len(existing))
+	for i := range existing {
+		current[keyOf(ops.meta(&existing[i]))] = &existing[i]
+	}
+	wanted := make(map[objectKey]bool, len(desired))
+
+	var out ObjectChanges[T]
+	for i := range desired {
+		want := &desired[i]
+		key := keyOf(ops.meta(want))
+		wanted[key] = true
+		have, ok := current[key]
+		if !ok {
+			out.Create = append(out.Create, *ops.deepCopy(want))
+			continue
+		}
+		labels := mergeLabels(ops.meta(have).Labels, ops.meta(want).Labels)
+		if equality.Semantic.DeepEqual(labels, ops.meta(have).Labels) && ops.sameContent(have, want) {
+			continue
+		}
+		// Start from the desired object for the content and take the existing metadata, so the update
+		// carries the resourceVersion and keeps what others wrote there.
+		updated := ops.deepCopy(want)
+		meta := ops.meta(have).DeepCopy()
+		meta.Labels = labels
+		*ops.meta(updated) = *meta
+		out.Update = append(out.Update, *updated)
+	}
+	for i := range existing {
+		have := &existing[i]
+		m := ops.meta(have)
+		if !wanted[keyOf(m)] && IsManaged(m) {
+			out.Delete = append(out.Delete, *ops.deepCopy(have))
+		}
+	}
+
+	byKey := func(a, b T) int { return compareKeys(keyOf(ops.meta(&a)), keyOf(ops.meta(&b))) }
+	slices.SortFunc(out.Create, byKey)
+	slices.SortFunc(out.Update, byKey)
+	slices.SortFunc(out.Delete, byKey)
+	return out
+}
+
+// mergeLabels returns a copy of have overlaid with want: celaudit's labels win, others' are kept.
+func mergeLabels(have, want map[string]string) map[string]string {
+	merged := maps.Clone(have)
+	if merged == nil {
+		merged = make(map[string]string, len(want))
+	}
+	maps.Copy(merged, want)
+	return merged
+}

@@ -1,0 +1,205 @@
+package report
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// stored returns reports as the API server returns them: with a resourceVersion and a uid, without
+// TypeMeta (as typed clients decode lists), and with empty slices where Build leaves nil.
+func stored(r Reports) Reports {
+	var out Reports
+	for _, p := range r.PolicyReports {
+		p := *p.DeepCopy()
+		p.TypeMeta = metav1.TypeMeta{}
+		p.ResourceVersion, p.UID = "7", types.UID("uid-"+p.Name)
+		if p.Results == nil {
+			p.Results = []v1alpha2.PolicyReportResult{}
+		}
+		out.PolicyReports = append(out.PolicyReports, p)
+	}
+	for _, p := range r.ClusterPolicyReports {
+		p := *p.DeepCopy()
+		p.TypeMeta = metav1.TypeMeta{}
+		p.ResourceVersion, p.UID = "7", types.UID("uid-"+p.Name)
+		out.ClusterPolicyReports = append(out.ClusterPolicyReports, p)
+	}
+	return out
+}
+
+type changeNames struct{ create, update, delete []string }
+
+func namesOf[T any](c ObjectChanges[T], meta func(*T) *metav1.ObjectMeta) changeNames {
+	list := func(items []T) []string {
+		var out []string
+		for i := range items {
+			m := meta(&items[i])
+			out = append(out, m.Namespace+"/"+m.Name)
+		}
+		return out
+	}
+	return changeNames{list(c.Create), list(c.Update), list(c.Delete)}
+}
+
+func policyMeta(r *v1alpha2.PolicyReport) *metav1.ObjectMeta         { return &r.ObjectMeta }
+func clusterMeta(r *v1alpha2.ClusterPolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta }
+
+func TestDiff(t *testing.T) {
+	results := []audit.Result{
+		newResult(withObject("team-a", "w1")),
+		newResult(withObject("team-b", "w1")),
+		newResult(withObject("", "global")),
+	}
+	desired := Build(results, nil, scanTime(), Options{})
+	current := stored(desired)
+
+	tests := []struct {
+		name        string
+		desired     Reports
+		existing    Reports
+		wantPolicy  changeNames
+		wantCluster changeNames
+	}{
+		{
+			name:        "nothing published yet: create all",
+			desired:     desired,
+			wantPolicy:  changeNames{create: []string{"team-a/celaudit", "team-b/celaudit"}},
+			wantCluster: changeNames{create: []string{"/celaudit"}},
+		},
+		{
+			name:     "unchanged: no writes",
+			desired:  desired,
+			existing: current,
+		},
+		{
+			name:       "a result changed: update that report only",
+			desired:    Build(append(slices.Clone(results), newResult(withObject("team-b", "w2"))), nil, scanTime(), Options{}),
+			existing:   current,
+			wantPolicy: changeNames{update: []string{"team-b/celaudit"}},
+		},
+		{
+			name:       "a namespace without results any more: delete its report",
+			desired:    Build(results[1:], nil, scanTime(), Options{}),
+			existing:   current,
+			wantPolicy: changeNames{delete: []string{"team-a/celaudit"}},
+		},
+		{
+			name:        "no results at all: delete every managed report",
+			desired:     Reports{},
+			existing:    current,
+			wantPolicy:  changeNames{delete: []string{"team-a/celaudit", "team-b/celaudit"}},
+			wantCluster: changeNames{delete: []string{"/celaudit"}},
+		},
+		{
+			name:    "an emptied chunk is deleted",
+			desired: desired,
+			existing: func() Reports {
+				r := stored(desired)
+				extra := *r.ClusterPolicyReports[0].DeepCopy()
+				extra.Name = ChunkName(1)
+				r.ClusterPolicyReports = append(r.ClusterPolicyReports, extra)
+				return r
+			}(),
+			wantCluster: changeNames{delete: []string{"/celaudit-1"}},
+		},
+		{
+			name:    "reports of other tools are left alone",
+			desired: desired,
+			existing: func() Reports {
+				r := stored(desired)
+				r.PolicyReports = append(r.PolicyReports, v1alpha2.PolicyReport{
+					ObjectMeta: metav1.ObjectMeta{Name: "polr-ns-team-a", Namespace: "team-a", Labels: map[string]string{ManagedByLabel: "kyverno"}},
+				})
+				return r
+			}(),
+		},
+		{
+			name:    "our label removed: restored by an update",
+			desired: desired,
+			existing: func() Reports {
+				r := stored(desired)
+				r.PolicyReports[0].Labels = nil
+				return r
+			}(),
+			wantPolicy: changeNames{update: []string{"team-a/celaudit"}},
+		},
+		{
+			name:    "labels added by others: no write",
+			desired: desired,
+			existing: func() Reports {
+				r := stored(desired)
+				r.PolicyReports[0].Labels["team"] = "a"
+				return r
+			}(),
+		},
+		{
+			name:    "scope set by hand: reverted",
+			desired: desired,
+			existing: func() Reports {
+				r := stored(desired)
+				r.ClusterPolicyReports[0].Scope = &corev1.ObjectReference{Kind: "Namespace", Name: "x"}
+				return r
+			}(),
+			wantCluster: changeNames{update: []string{"/celaudit"}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Diff(tt.desired, tt.existing)
+			if p := namesOf(got.PolicyReports, policyMeta); !equalNames(p, tt.wantPolicy) {
+				t.Errorf("policy reports: %+v, want %+v", p, tt.wantPolicy)
+			}
+			if c := namesOf(got.ClusterPolicyReports, clusterMeta); !equalNames(c, tt.wantCluster) {
+				t.Errorf("cluster policy reports: %+v, want %+v", c, tt.wantCluster)
+			}
+			wantEmpty := equalNames(tt.wantPolicy, changeNames{}) && equalNames(tt.wantCluster, changeNames{})
+			if got.Empty() != wantEmpty {
+				t.Errorf("Empty() = %v, want %v", got.Empty(), wantEmpty)
+			}
+		})
+	}
+}
+
+func equalNames(a, b changeNames) bool {
+	return slices.Equal(a.create, b.create) && slices.Equal(a.update, b.update) && slices.Equal(a.delete, b.delete)
+}
+
+func TestDiffUpdateCarriesExistingMetadata(t *testing.T) {
+	before := Build([]audit.Result{newResult()}, nil, scanTime(), Options{})
+	existing := stored(before)
+	existing.PolicyReports[0].Labels["team"] = "a"
+	existing.PolicyReports[0].Annotations = map[string]string{"note": "kept"}
+
+	desired := Build([]audit.Result{newResult(), newResult(withObject("team-a", "w2"))}, nil, scanTime(), Options{})
+	got := Diff(desired, existing).PolicyReports.Update
+	if len(got) != 1 {
+		t.Fatalf("got %d updates, want 1", len(got))
+	}
+	u := got[0]
+	if u.ResourceVersion != "7" || u.UID != "uid-celaudit" {
+		t.Errorf("update lost the existing identity: resourceVersion %q uid %q", u.ResourceVersion, u.UID)
+	}
+	if u.Labels["team"] != "a" || !IsManaged(&u) || u.Annotations["note"] != "kept" {
+		t.Errorf("update metadata: labels %v annotations %v", u.Labels, u.Annotations)
+	}
+	if u.Summary != desired.PolicyReports[0].Summary || len(u.Results) != 2 {
+		t.Errorf("update content: summary %+v with %d results", u.Summary, len(u.Results))
+	}
+	if u.Kind != "PolicyReport" {
+		t.Errorf("update kind %q, want PolicyReport", u.Kind)
+	}
+
+	// The changes are copies: writing them (which sets status fields, resourceVersions) leaves the
+	// inputs alone.
+	u.Results[0].Message = "changed"
+	if desired.PolicyReports[0].Results[0].Message == "changed" {
+		t.Error("Diff returned results shared with the desired reports")
+	}
+}

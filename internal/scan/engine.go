@@ -1,0 +1,278 @@
+package scan
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/results"
+)
+
+// Sink receives the results of evaluations. *results.Store implements it.
+type Sink interface {
+	Set(policy string, obj results.ObjectKey, namespace string, res []audit.Result) bool
+	DeleteObject(obj results.ObjectKey)
+	DeletePolicy(policy string, gvr schema.GroupVersionResource)
+}
+
+var _ Sink = &results.Store{}
+
+// Options tune the engine.
+type Options struct {
+	// PageSize is the limit of each LIST page.
+	PageSize int64
+	// Workers evaluate the objects of a page in parallel; default the CPU count.
+	Workers int
+	// WatchTimeout bounds each WATCH call; it is renewed from the last bookmark.
+	WatchTimeout time.Duration
+	// Backoff is the wait after a failed LIST or WATCH.
+	Backoff time.Duration
+	// OnListError, when set, is told about resources that cannot be read (for example a forbidden LIST), so
+	// that the caller can report them; it is called again with nil once the resource is readable.
+	OnListError func(gvr schema.GroupVersionResource, err error)
+}
+
+func (o *Options) defaults() {
+	if o.PageSize <= 0 {
+		o.PageSize = 500
+	}
+	if o.Workers <= 0 {
+		o.Workers = runtime.NumCPU()
+	}
+	if o.WatchTimeout <= 0 {
+		o.WatchTimeout = 10 * time.Minute
+	}
+	if o.Backoff <= 0 {
+		o.Backoff = 2 * time.Second
+	}
+}
+
+// Engine runs the watchers of every resource some policy covers.
+type Engine struct {
+	client dynamic.Interface
+	sink   Sink
+	opts   Options
+	log    logr.Logger
+
+	mu       sync.Mutex
+	ctx      context.Context
+	policies map[string]audit.Policy
+	watchers map[schema.GroupVersionResource]*watcher
+	wg       sync.WaitGroup
+}
+
+// New returns an engine that reads with client and writes results to sink. Call Start to run it.
+func New(client dynamic.Interface, sink Sink, log logr.Logger, opts Options) *Engine {
+	opts.defaults()
+	return &Engine{
+		client:   client,
+		sink:     sink,
+		opts:     opts,
+		log:      log,
+		policies: map[string]audit.Policy{},
+		watchers: map[schema.GroupVersionResource]*watcher{},
+	}
+}
+
+// Start runs the engine until ctx is done. Policies set before Start begin scanning when it is called.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	e.ctx = ctx
+	for _, w := range e.watchers {
+		e.startLocked(w)
+	}
+	e.mu.Unlock()
+	<-ctx.Done()
+	e.wg.Wait()
+	return nil
+}
+
+// SetPolicy adds or replaces a policy and rescans the objects it covers, evaluating only this policy on
+// objects that did not change since they were last read.
+func (e *Engine) SetPolicy(p audit.Policy) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	key := p.Key()
+	old := e.policies[key]
+	e.policies[key] = p
+	want := map[schema.GroupVersionResource]bool{}
+	for _, gvr := range p.Resources() {
+		want[gvr] = true
+	}
+	if old != nil {
+		for _, gvr := range old.Resources() {
+			if !want[gvr] {
+				e.sink.DeletePolicy(key, gvr)
+				e.releaseLocked(gvr)
+			}
+		}
+	}
+	for gvr := range want {
+		w := e.watchers[gvr]
+		if w == nil {
+			w = newWatcher(e, gvr)
+			e.watchers[gvr] = w
+			e.startLocked(w)
+		}
+		w.requestRescan(key, "")
+	}
+}
+
+// RemovePolicy removes a policy and every result it produced.
+func (e *Engine) RemovePolicy(key string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.policies[key]
+	if p == nil {
+		return
+	}
+	delete(e.policies, key)
+	e.sink.DeletePolicy(key, schema.GroupVersionResource{})
+	for _, gvr := range p.Resources() {
+		e.releaseLocked(gvr)
+	}
+}
+
+// Rescan re-evaluates one policy on the objects of its resources, only in namespace when it is not empty. It
+// is how a change outside the object (a param, a namespace label, an on-demand rescan) reaches the results.
+func (e *Engine) Rescan(key, namespace string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	p := e.policies[key]
+	if p == nil {
+		return
+	}
+	for _, gvr := range p.Resources() {
+		if w := e.watchers[gvr]; w != nil {
+			w.requestRescan(key, namespace)
+		}
+	}
+}
+
+// Policy returns the policy registered under key, or nil.
+func (e *Engine) Policy(key string) audit.Policy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.policies[key]
+}
+
+// Synced reports whether every watcher has read its resource once and has no rescan pending, i.e. whether
+// the results reflect every object under every registered policy.
+func (e *Engine) Synced() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, w := range e.watchers {
+		if !w.idle() {
+			return false
+		}
+	}
+	return true
+}
+
+// Resources returns the resources being watched, sorted.
+func (e *Engine) Resources() []schema.GroupVersionResource {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]schema.GroupVersionResource, 0, len(e.watchers))
+	for gvr := range e.watchers {
+		out = append(out, gvr)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
+	return out
+}
+
+// policiesFor returns the policies covering gvr, restricted to keys when keys is not nil.
+func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys map[string]bool) []audit.Policy {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []audit.Policy
+	for key, p := range e.policies {
+		if keys != nil && !keys[key] {
+			continue
+		}
+		for _, r := range p.Resources() {
+			if r == gvr {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
+	return out
+}
+
+func (e *Engine) startLocked(w *watcher) {
+	if e.ctx == nil || w.cancel != nil {
+		return
+	}
+	ctx, cancel := context.WithCancel(e.ctx)
+	w.cancel = cancel
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		w.run(ctx)
+	}()
+}
+
+// releaseLocked stops the watcher of gvr when no policy covers it any more.
+func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
+	for _, p := range e.policies {
+		for _, r := range p.Resources() {
+			if r == gvr {
+				return
+			}
+		}
+	}
+	if w := e.watchers[gvr]; w != nil {
+		delete(e.watchers, gvr)
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+}
+
+// evaluate runs policies on obj and hands the results to the sink. A panic in a policy becomes an error
+// result for that policy, so one bad rule never stops the audit.
+func (e *Engine) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
+	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
+	for _, p := range policies {
+		e.sink.Set(p.Key(), key, obj.GetNamespace(), safeEvaluate(ctx, p, gvr, obj))
+	}
+}
+
+func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (res []audit.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = []audit.Result{{
+				Policy:   policyName(p.Key()),
+				Verdict:  audit.Error,
+				Message:  fmt.Sprintf("internal error evaluating the policy: %v", r),
+				Resource: audit.RefOf(obj),
+			}}
+		}
+	}()
+	return p.Evaluate(ctx, gvr, obj)
+}
+
+func policyName(key string) string {
+	for i := range key {
+		if key[i] == '/' {
+			return key[i+1:]
+		}
+	}
+	return key
+}
+
+func (e *Engine) deleteObject(gvr schema.GroupVersionResource, uid types.UID) {
+	e.sink.DeleteObject(results.ObjectKey{GVR: gvr, UID: uid})
+}

@@ -1,0 +1,393 @@
+package scan
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/results"
+)
+
+// digest is all a watcher keeps of an object once it has been evaluated.
+type digest struct {
+	namespace string
+	rv        string
+}
+
+// watcher reads one resource. Only its run goroutine touches digests and lastRV.
+type watcher struct {
+	engine *Engine
+	gvr    schema.GroupVersionResource
+	cancel context.CancelFunc // guarded by engine.mu
+
+	mu      sync.Mutex
+	pending map[string]map[string]bool // policy key -> namespaces to rescan ("" = all)
+	listed  bool
+	busy    bool
+	wake    chan struct{}
+
+	unreadable bool // guarded by mu: the last read failed and its error results are recorded
+
+	digests    map[types.UID]digest
+	lastRV     string
+	readFailed bool
+}
+
+func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
+	return &watcher{
+		engine:  e,
+		gvr:     gvr,
+		pending: map[string]map[string]bool{},
+		wake:    make(chan struct{}, 1),
+		digests: map[types.UID]digest{},
+	}
+}
+
+func (w *watcher) requestRescan(policy, namespace string) {
+	w.mu.Lock()
+	ns := w.pending[policy]
+	if ns == nil {
+		ns = map[string]bool{}
+		w.pending[policy] = ns
+	}
+	ns[namespace] = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watcher) idle() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	// A resource that cannot be read is settled once its error results are recorded: waiting for it would
+	// hold back every report.
+	return (w.listed || w.unreadable) && !w.busy && (len(w.pending) == 0 || w.unreadable)
+}
+
+// takePending returns the pending rescans and marks the watcher busy until done is called.
+func (w *watcher) takePending() (all map[string]bool, byNS map[string]map[string]bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	all, byNS = map[string]bool{}, map[string]map[string]bool{}
+	for policy, nss := range w.pending {
+		for ns := range nss {
+			if ns == "" {
+				all[policy] = true
+				continue
+			}
+			if byNS[ns] == nil {
+				byNS[ns] = map[string]bool{}
+			}
+			byNS[ns][policy] = true
+		}
+	}
+	w.pending = map[string]map[string]bool{}
+	w.busy = true
+	return all, byNS
+}
+
+func (w *watcher) done(listed bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.busy = false
+	if listed {
+		w.listed = true
+	}
+}
+
+func (w *watcher) run(ctx context.Context) {
+	log := w.engine.log.WithValues("resource", w.gvr.String())
+	needList := true
+	for ctx.Err() == nil {
+		all, byNS := w.takePending()
+		var err error
+		switch {
+		case needList || len(all) > 0:
+			// A full list covers every pending rescan: scoped ones are a subset of it.
+			for _, nss := range byNS {
+				for p := range nss {
+					all[p] = true
+				}
+			}
+			err = w.list(ctx, "", all)
+			if err == nil {
+				needList = false
+			}
+		default:
+			for ns, policies := range byNS {
+				if err = w.list(ctx, ns, policies); err != nil {
+					break
+				}
+			}
+		}
+		if err != nil {
+			w.requeue(all, byNS)
+			w.done(false)
+			if ctx.Err() != nil {
+				return
+			}
+			log.V(1).Info("Reading the resource failed, retrying", "err", err.Error())
+			sleep(ctx, w.engine.opts.Backoff)
+			continue
+		}
+		w.done(true)
+		expired, err := w.watch(ctx)
+		if expired {
+			log.V(1).Info("Watch expired, relisting")
+			needList = true
+		} else if err != nil && ctx.Err() == nil {
+			log.V(1).Info("Watch failed, retrying", "err", err.Error())
+			sleep(ctx, w.engine.opts.Backoff)
+		}
+	}
+}
+
+// requeue puts back rescans that could not be done.
+func (w *watcher) requeue(all map[string]bool, byNS map[string]map[string]bool) {
+	for p := range all {
+		w.requestRescan(p, "")
+	}
+	for ns, ps := range byNS {
+		for p := range ps {
+			w.requestRescan(p, ns)
+		}
+	}
+}
+
+// list reads the resource (in namespace, or everywhere) page by page. Objects that changed since they were
+// last read are evaluated with every policy; unchanged ones only with the policies in rescan. Objects that
+// were known in that scope but are gone lose their results. A cluster-wide list also moves the watch start to
+// the list's resourceVersion.
+func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]bool) error {
+	e := w.engine
+	every := e.policiesFor(w.gvr, nil)
+	only := e.policiesFor(w.gvr, rescan)
+	ri := e.client.Resource(w.gvr)
+	seen := map[types.UID]bool{}
+	opts := metav1.ListOptions{Limit: e.opts.PageSize}
+	var listRV string
+	for {
+		var (
+			page *unstructured.UnstructuredList
+			err  error
+		)
+		if namespace == "" {
+			page, err = ri.List(ctx, opts)
+		} else {
+			page, err = ri.Namespace(namespace).List(ctx, opts)
+		}
+		if err != nil {
+			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
+				if opts.Continue != "" {
+					opts.Continue = ""
+					clear(seen)
+					continue
+				}
+			}
+			w.setReadError(err)
+			return fmt.Errorf("listing %s: %w", w.gvr, err)
+		}
+		w.setReadError(nil)
+		w.evaluatePage(ctx, page.Items, every, only, seen)
+		if listRV == "" {
+			listRV = page.GetResourceVersion()
+		}
+		if page.GetContinue() == "" {
+			break
+		}
+		opts.Continue = page.GetContinue()
+	}
+	for uid, d := range w.digests {
+		if !seen[uid] && (namespace == "" || d.namespace == namespace) {
+			delete(w.digests, uid)
+			e.deleteObject(w.gvr, uid)
+		}
+	}
+	if namespace == "" {
+		w.lastRV = listRV
+	}
+	return nil
+}
+
+func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstructured, every, only []audit.Policy, seen map[types.UID]bool) {
+	type job struct {
+		obj      *unstructured.Unstructured
+		policies []audit.Policy
+	}
+	jobs := make([]job, 0, len(items))
+	for i := range items {
+		obj := &items[i]
+		uid := obj.GetUID()
+		seen[uid] = true
+		d, known := w.digests[uid]
+		policies := every
+		if known && d.rv == obj.GetResourceVersion() {
+			policies = only
+		}
+		w.digests[uid] = digest{namespace: obj.GetNamespace(), rv: obj.GetResourceVersion()}
+		if len(policies) > 0 {
+			jobs = append(jobs, job{obj: obj, policies: policies})
+		}
+	}
+	workers := min(w.engine.opts.Workers, len(jobs))
+	if workers <= 1 {
+		for _, j := range jobs {
+			w.engine.evaluate(ctx, w.gvr, j.obj, j.policies)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan job)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range next {
+				w.engine.evaluate(ctx, w.gvr, j.obj, j.policies)
+			}
+		}()
+	}
+	for _, j := range jobs {
+		next <- j
+	}
+	close(next)
+	wg.Wait()
+}
+
+// watch follows changes from lastRV until the watch ends, a rescan is requested or ctx is done. It reports
+// whether the watch expired (410), which calls for a relist.
+func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	timeout := int64(w.engine.opts.WatchTimeout / time.Second)
+	wi, err := w.engine.client.Resource(w.gvr).Watch(wctx, metav1.ListOptions{
+		ResourceVersion:     w.lastRV,
+		AllowWatchBookmarks: true,
+		TimeoutSeconds:      &timeout,
+	})
+	if err != nil {
+		return apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching %s: %w", w.gvr, err)
+	}
+	defer wi.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return false, nil
+		case <-w.wake:
+			return false, nil
+		case ev, ok := <-wi.ResultChan():
+			if !ok {
+				return false, nil
+			}
+			if expired, err := w.handle(ctx, ev); expired || err != nil {
+				return expired, err
+			}
+		}
+	}
+}
+
+func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err error) {
+	if ev.Type == watch.Error {
+		status := apierrors.FromObject(ev.Object)
+		var se *apierrors.StatusError
+		if errors.As(status, &se) && (se.ErrStatus.Code == http.StatusGone || apierrors.IsResourceExpired(status)) {
+			return true, nil
+		}
+		return false, fmt.Errorf("watch error on %s: %w", w.gvr, status)
+	}
+	obj, ok := ev.Object.(*unstructured.Unstructured)
+	if !ok {
+		return false, nil
+	}
+	rv := obj.GetResourceVersion()
+	w.lastRV = rv
+	switch ev.Type {
+	case watch.Bookmark:
+	case watch.Deleted:
+		uid := obj.GetUID()
+		delete(w.digests, uid)
+		w.engine.deleteObject(w.gvr, uid)
+	case watch.Added, watch.Modified:
+		uid := obj.GetUID()
+		if d, known := w.digests[uid]; known && !newer(rv, d.rv) {
+			return false, nil
+		}
+		w.digests[uid] = digest{namespace: obj.GetNamespace(), rv: rv}
+		w.engine.evaluate(ctx, w.gvr, obj, w.engine.policiesFor(w.gvr, nil))
+	}
+	return false, nil
+}
+
+// setReadError reports, as an error result of every policy covering the resource, that the resource cannot
+// be read; nil clears it.
+func (w *watcher) setReadError(err error) {
+	if (err == nil) == !w.readFailed {
+		return
+	}
+	w.readFailed = err != nil
+	defer func() {
+		w.mu.Lock()
+		w.unreadable = w.readFailed
+		w.mu.Unlock()
+	}()
+	key := results.ObjectKey{GVR: w.gvr}
+	for _, p := range w.engine.policiesFor(w.gvr, nil) {
+		var res []audit.Result
+		if err != nil {
+			res = []audit.Result{{
+				Policy:  policyName(p.Key()),
+				Verdict: audit.Error,
+				Message: fmt.Sprintf("cannot read %s: %v", resourceString(w.gvr), err),
+				Properties: map[string]string{
+					"resource": resourceString(w.gvr),
+				},
+			}}
+		}
+		w.engine.sink.Set(p.Key(), key, "", res)
+	}
+	if f := w.engine.opts.OnListError; f != nil {
+		f(w.gvr, err)
+	}
+}
+
+func resourceString(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+// newer reports whether resourceVersion a is more recent than b. The API server's resourceVersions are
+// etcd revisions; when either does not parse as one, treat a as newer so the object is re-evaluated.
+func newer(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	if err1 != nil || err2 != nil {
+		return a != b
+	}
+	return x > y
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,311 @@
+package vap
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/generic"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// Policy is a compiled ValidatingAdmissionPolicy applied to its bindings and to the cluster's resources: the
+// audit.Policy evaluated per object. It is immutable and safe for concurrent use.
+type Policy struct {
+	compiled *Compiled
+	deps     Deps
+	matcher  generic.PolicyMatcher
+	objects  objectInterfaces
+
+	bindings  []*boundBinding
+	resources []schema.GroupVersionResource
+
+	// paramConfigErr fails every evaluation that matches, as the apiserver's hook ConfigurationError does.
+	paramConfigErr error
+	paramScope     meta.RESTScope
+}
+
+var _ audit.Policy = &Policy{}
+
+// boundBinding is one binding (or, for an unbound policy, the implicit audit binding) and where it applies.
+type boundBinding struct {
+	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding // defaulted copy
+	// name is "" for the implicit binding of an unbound policy.
+	name    string
+	actions string
+	deny    bool
+	// plans maps an equivalence class of resources to how objects of that class are evaluated.
+	plans map[string]plan
+}
+
+// plan says how a binding evaluates objects of one class of equivalent resources: as requests for request,
+// on objects read at read (the resource the policy's rules name, to which the apiserver would convert).
+type plan struct {
+	request APIResource
+	read    schema.GroupVersionResource
+}
+
+// Compile compiles policy and binds it: CompilePolicy(policy, opts).Bind(bindings, deps). Controllers that
+// see bindings change more often than policies should cache CompilePolicy's result and call Bind.
+func Compile(
+	policy *admissionregistrationv1.ValidatingAdmissionPolicy,
+	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding,
+	deps Deps, opts Options,
+) *Policy {
+	return CompilePolicy(policy, opts).Bind(bindings, deps)
+}
+
+// Bind applies the policy's bindings (those whose spec.policyName names it; others are ignored) and the
+// cluster's resources as deps.Resolver serves them. Without bindings the policy is audited as if bound with
+// empty matchResources and validationActions [Audit]. Bind again when bindings or discovery change; namespaces
+// and params are read at evaluation time.
+func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, deps Deps) *Policy {
+	lister := namespaceLister{getter: deps.Namespaces}
+	p := &Policy{
+		compiled: c,
+		deps:     deps,
+		matcher:  generic.NewPolicyMatcher(matching.NewMatcher(lister, namespaceClient{lister: lister})),
+		objects:  objectInterfaces{mapper: deps.Resolver},
+	}
+	for _, b := range bindings {
+		if b == nil || b.Spec.PolicyName != c.policy.Name {
+			continue
+		}
+		p.bindings = append(p.bindings, newBoundBinding(defaultBinding(b), b.Name))
+	}
+	slices.SortFunc(p.bindings, func(a, b *boundBinding) int { return strings.Compare(a.name, b.name) })
+	if len(p.bindings) == 0 {
+		p.bindings = []*boundBinding{newBoundBinding(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        c.policy.Name,
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit},
+			},
+		}, "")}
+	}
+
+	switch {
+	case c.paramKindErr != nil:
+		p.paramConfigErr = c.paramKindErr
+	case c.paramKind != nil && deps.Resolver == nil:
+		p.paramConfigErr = fmt.Errorf("failed to find resource referenced by paramKind: '%v'", *c.paramKind)
+	case c.paramKind != nil:
+		res, err := deps.Resolver.ResourceForKind(*c.paramKind)
+		if err != nil {
+			// The apiserver's message (policy_source.go, ensureParamsForPolicyLocked).
+			p.paramConfigErr = fmt.Errorf("failed to find resource referenced by paramKind: '%v'", *c.paramKind)
+		} else if res.Namespaced {
+			p.paramScope = meta.RESTScopeNamespace
+		} else {
+			p.paramScope = meta.RESTScopeRoot
+		}
+	}
+
+	p.plan()
+	return p
+}
+
+func newBoundBinding(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, name string) *boundBinding {
+	actions := make([]string, len(b.Spec.ValidationActions))
+	for i, a := range b.Spec.ValidationActions {
+		actions[i] = string(a)
+	}
+	return &boundBinding{
+		binding: b,
+		name:    name,
+		actions: strings.Join(actions, ","),
+		deny:    slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny),
+		plans:   map[string]plan{},
+	}
+}
+
+// Key implements audit.Policy.
+func (p *Policy) Key() string { return "vap/" + p.compiled.policy.Name }
+
+// Resources implements audit.Policy: for each class of equivalent resources some binding applies to, the
+// version the policy's rules name (preferring the resolver's order), i.e. the version the apiserver would
+// evaluate a request in.
+func (p *Policy) Resources() []schema.GroupVersionResource { return slices.Clone(p.resources) }
+
+// ParamKinds lists the kinds of param objects the policy reads; the controller re-audits when they change.
+func (p *Policy) ParamKinds() []schema.GroupVersionKind {
+	if p.compiled.paramKind == nil {
+		return nil
+	}
+	return []schema.GroupVersionKind{*p.compiled.paramKind}
+}
+
+// DependsOnNamespaces says whether results depend on namespaces (labels through a namespaceSelector, or the
+// namespaceObject variable), so that namespace changes call for a re-audit.
+func (p *Policy) DependsOnNamespaces() bool {
+	if p.compiled.readsNamespaceObject || selectsNamespaces(p.compiled.policy.Spec.MatchConstraints) {
+		return true
+	}
+	for _, b := range p.bindings {
+		if selectsNamespaces(b.binding.Spec.MatchResources) {
+			return true
+		}
+	}
+	return false
+}
+
+func selectsNamespaces(m *admissionregistrationv1.MatchResources) bool {
+	if m == nil || m.NamespaceSelector == nil {
+		return false
+	}
+	return len(m.NamespaceSelector.MatchLabels) > 0 || len(m.NamespaceSelector.MatchExpressions) > 0
+}
+
+// admissionConfigResources are never subject to API-defined policies (k8s.io/apiserver generic/plugin.go,
+// admissionResources); excludedResources are not persisted and excluded from all policies
+// (k8s.io/kubernetes pkg/kubeapiserver/admission/exclusion).
+func exempt(gr schema.GroupResource) bool {
+	switch gr.Group {
+	case admissionregistrationv1.GroupName:
+		switch gr.Resource {
+		case "validatingadmissionpolicies", "validatingadmissionpolicybindings",
+			"mutatingadmissionpolicies", "mutatingadmissionpolicybindings":
+			return true
+		}
+	case "authentication.k8s.io":
+		return gr.Resource == "selfsubjectreviews" || gr.Resource == "tokenreviews"
+	case "authorization.k8s.io":
+		switch gr.Resource {
+		case "localsubjectaccessreviews", "selfsubjectaccessreviews", "selfsubjectrulesreviews", "subjectaccessreviews":
+			return true
+		}
+	}
+	return false
+}
+
+// plan decides, per binding and class of equivalent resources, which request the audit simulates and in
+// which version it reads objects. It asks the apiserver's matcher about each served resource with the
+// object-level criteria (selectors, resourceNames) removed: they are decided per object at evaluation.
+// The first operation the binding matches wins (CREATE, then UPDATE, then DELETE); within it a resource the
+// rules name directly (no conversion) is preferred, in the resolver's order.
+func (p *Policy) plan() {
+	if p.deps.Resolver == nil || p.compiled.policy.Spec.MatchConstraints == nil {
+		return
+	}
+	served := p.deps.Resolver.ServedResources()
+	definition := p.compiled.policy.DeepCopy()
+	definition.Spec.MatchConstraints = resourceLevel(definition.Spec.MatchConstraints)
+	definitionAccessor := validating.NewValidatingAdmissionPolicyAccessor(definition)
+
+	readable := map[schema.GroupVersionResource]bool{}
+	for _, r := range served {
+		readable[r.Resource] = r.Listable
+	}
+	for _, b := range p.bindings {
+		binding := b.binding.DeepCopy()
+		binding.Spec.MatchResources = resourceLevel(binding.Spec.MatchResources)
+		bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
+		for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
+			direct, converted := map[string]plan{}, map[string]plan{}
+			for _, r := range served {
+				if exempt(r.Resource.GroupResource()) {
+					continue
+				}
+				key := p.classKey(r.Resource)
+				if _, done := b.plans[key]; done {
+					continue
+				}
+				attrs := resourceAttributes(r, op)
+				matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definitionAccessor)
+				if err != nil || !matches || !readable[read] {
+					continue
+				}
+				if ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor); err != nil || !ok {
+					continue
+				}
+				candidates := converted
+				if read == r.Resource {
+					candidates = direct
+				}
+				if _, taken := candidates[key]; !taken {
+					candidates[key] = plan{request: r, read: read}
+				}
+			}
+			for key, pl := range converted {
+				b.plans[key] = pl
+			}
+			for key, pl := range direct {
+				b.plans[key] = pl
+			}
+		}
+	}
+
+	reads := map[schema.GroupVersionResource]bool{}
+	for _, b := range p.bindings {
+		for _, pl := range b.plans {
+			reads[pl.read] = true
+		}
+	}
+	for _, r := range served {
+		if reads[r.Resource] {
+			p.resources = append(p.resources, r.Resource)
+			delete(reads, r.Resource)
+		}
+	}
+}
+
+// classKey identifies the class of resources equivalent to gvr.
+func (p *Policy) classKey(gvr schema.GroupVersionResource) string {
+	if p.deps.Resolver != nil {
+		if eq := p.deps.Resolver.EquivalentResourcesFor(gvr, ""); len(eq) > 0 {
+			return eq[0].GroupResource().String()
+		}
+	}
+	return gvr.GroupResource().String()
+}
+
+// resourceLevel returns m without its object-level criteria: empty selectors, rules without resourceNames,
+// and without the exclusions of named objects (they exclude some objects, not the resource).
+func resourceLevel(m *admissionregistrationv1.MatchResources) *admissionregistrationv1.MatchResources {
+	if m == nil {
+		return nil
+	}
+	m = m.DeepCopy()
+	m.NamespaceSelector = &metav1.LabelSelector{}
+	m.ObjectSelector = &metav1.LabelSelector{}
+	for i := range m.ResourceRules {
+		m.ResourceRules[i].ResourceNames = nil
+	}
+	m.ExcludeResourceRules = slices.DeleteFunc(m.ExcludeResourceRules, func(r admissionregistrationv1.NamedRuleWithOperations) bool {
+		return len(r.ResourceNames) > 0
+	})
+	return m
+}
+
+// resourceAttributes describes a request for some object of r, for resource-level matching.
+func resourceAttributes(r APIResource, op admission.Operation) admission.Attributes {
+	namespace := ""
+	if r.Namespaced {
+		namespace = metav1.NamespaceDefault
+	}
+	return admission.NewAttributesRecord(nil, nil, r.GroupVersionKind(), namespace, "", r.Resource, "", op,
+		operationOptions(op), false, nil)
+}
+
+// operationOptions are the options the apiserver's handlers pass to admission, as a request without query
+// parameters would set them.
+func operationOptions(op admission.Operation) runtime.Object {
+	gv := metav1.SchemeGroupVersion
+	switch op {
+	case admission.Create:
+		return &metav1.CreateOptions{TypeMeta: metav1.TypeMeta{APIVersion: gv.String(), Kind: "CreateOptions"}}
+	case admission.Update:
+		return &metav1.UpdateOptions{TypeMeta: metav1.TypeMeta{APIVersion: gv.String(), Kind: "UpdateOptions"}}
+	case admission.Delete:
+		return &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: gv.String(), Kind: "DeleteOptions"}}
+	}
+	return nil
+}

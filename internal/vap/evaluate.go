@@ -1,0 +1,378 @@
+package vap
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/generic"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	celconfig "k8s.io/apiserver/pkg/apis/cel"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// Property keys of this package's results, besides the shared ones in package audit.
+const (
+	// PropAuditAnnotationPrefix prefixes the key of each audit annotation the evaluation published.
+	PropAuditAnnotationPrefix = "auditAnnotation."
+	// PropMessageExpression says why a validation's messageExpression was not evaluated.
+	PropMessageExpression = "messageExpression"
+)
+
+// maxAuditAnnotationValueLength is the apiserver's cap on an audit annotation value (validating/dispatcher.go).
+const maxAuditAnnotationValueLength = 10 * 1024
+
+// Evaluate implements audit.Policy. obj must have been read at gvr, one of Resources(); objects of other
+// resources, and objects no binding applies to, yield no results.
+func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (results []audit.Result) {
+	if obj == nil {
+		return nil
+	}
+	obj = withKind(obj, gvr, p.deps.Resolver)
+	e := &evaluation{p: p, ctx: ctx, obj: obj, ref: audit.RefOf(obj), definitions: map[definitionKey]definitionMatch{}}
+	defer func() {
+		if r := recover(); r != nil {
+			results = append(results, e.result("", audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), nil))
+		}
+	}()
+	key := p.classKey(gvr)
+	for _, b := range p.bindings {
+		pl, ok := b.plans[key]
+		if !ok || pl.read != gvr {
+			continue // not bound here, or evaluated when the object is read in another version
+		}
+		res, policyFailed := e.binding(b, pl)
+		results = append(results, res...)
+		if policyFailed {
+			break // reported once per object, as the apiserver reports it once per request
+		}
+	}
+	return results
+}
+
+// withKind returns obj with its apiVersion and kind set, filling them from the resource it was read at if
+// they are missing (the matcher and CEL need them). obj itself is not modified.
+func withKind(obj *unstructured.Unstructured, gvr schema.GroupVersionResource, resolver ResourceResolver) *unstructured.Unstructured {
+	if !obj.GroupVersionKind().Empty() || resolver == nil {
+		return obj
+	}
+	gvk := resolver.KindFor(gvr, "")
+	if gvk.Empty() {
+		return obj
+	}
+	out := &unstructured.Unstructured{Object: maps.Clone(obj.Object)}
+	out.SetGroupVersionKind(gvk)
+	return out
+}
+
+// evaluation is the state of one Evaluate call.
+type evaluation struct {
+	p           *Policy
+	ctx         context.Context
+	obj         *unstructured.Unstructured
+	ref         audit.ObjectRef
+	definitions map[definitionKey]definitionMatch
+}
+
+type definitionKey struct {
+	request schema.GroupVersionResource
+	op      admission.Operation
+}
+
+type definitionMatch struct {
+	attrs    admission.Attributes
+	matches  bool
+	resource schema.GroupVersionResource
+	kind     schema.GroupVersionKind
+	err      error
+}
+
+// definition matches the policy definition against the object requested at request with op.
+func (e *evaluation) definition(request APIResource, op admission.Operation) definitionMatch {
+	key := definitionKey{request: request.Resource, op: op}
+	if d, ok := e.definitions[key]; ok {
+		return d
+	}
+	d := definitionMatch{attrs: objectAttributes(e.obj, request, op)}
+	d.matches, d.resource, d.kind, d.err = e.p.matcher.DefinitionMatches(d.attrs, e.p.objects,
+		validating.NewValidatingAdmissionPolicyAccessor(e.p.compiled.policy))
+	e.definitions[key] = d
+	return d
+}
+
+// objectAttributes describes the request the audit simulates: obj sent with op for resource r. The apiserver
+// sets the namespace of a request for a Namespace to the namespace's name (create.go, requestinfo.go).
+func objectAttributes(obj *unstructured.Unstructured, r APIResource, op admission.Operation) admission.Attributes {
+	namespace := obj.GetNamespace()
+	if r.Resource.Group == "" && r.Resource.Resource == "namespaces" {
+		namespace = obj.GetName()
+	}
+	var object, oldObject runtime.Object
+	switch op {
+	case admission.Create:
+		object = obj
+	case admission.Update:
+		object, oldObject = obj, obj
+	case admission.Delete:
+		oldObject = obj
+	}
+	return admission.NewAttributesRecord(object, oldObject, r.GroupVersionKind(), namespace, obj.GetName(), r.Resource,
+		"", op, operationOptions(op), false, nil)
+}
+
+// binding evaluates one binding, as the apiserver's dispatcher does for one request. policyFailed reports an
+// error of the policy itself, which ends the evaluation of the object.
+func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, policyFailed bool) {
+	base := b.properties()
+	defer func() {
+		if r := recover(); r != nil {
+			results = []audit.Result{e.result("", audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), e.errorProps(base))}
+		}
+	}()
+	c := e.p.compiled
+	var match definitionMatch
+	var op admission.Operation
+	for _, candidate := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
+		d := e.definition(pl.request, candidate)
+		if d.err != nil || !d.matches {
+			if d.err != nil && candidate != admission.Delete {
+				return []audit.Result{e.result("", audit.Error, "failed to configure policy: "+d.err.Error(), e.errorProps(nil))}, true
+			}
+			continue
+		}
+		if candidate != admission.Delete && e.p.paramConfigErr != nil {
+			return []audit.Result{e.result("", audit.Error, "failed to configure policy: "+e.p.paramConfigErr.Error(), e.errorProps(nil))}, true
+		}
+		ok, err := e.p.matcher.BindingMatches(d.attrs, e.p.objects, validating.NewValidatingAdmissionPolicyBindingAccessor(b.binding))
+		if err != nil && candidate != admission.Delete {
+			return []audit.Result{e.result("", audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
+		}
+		if err == nil && ok {
+			match, op = d, candidate
+			break
+		}
+	}
+	switch op {
+	case "":
+		return nil, false
+	case admission.Delete:
+		props := withProp(base, audit.PropOperation, string(op))
+		return []audit.Result{e.result("", audit.Skip,
+			"the binding applies to this object only on DELETE; stored objects are audited as CREATE or UPDATE", props)}, false
+	}
+	base[audit.PropOperation] = string(op)
+
+	params, err := generic.CollectParams(c.policy.Spec.ParamKind, paramInformer{source: e.p.deps.Params, gvk: c.paramKindOrZero()},
+		e.p.paramScope, b.binding.Spec.ParamRef, match.attrs.GetNamespace(), nil, nil)
+	if err != nil {
+		return []audit.Result{e.result("", audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
+	}
+	if len(params) == 0 {
+		return nil, false // parameterNotFoundAction Allow: the apiserver admits without evaluating
+	}
+	versioned, err := admission.NewVersionedAttributes(match.attrs, match.kind, e.p.objects)
+	if err != nil {
+		return []audit.Result{e.result("", audit.Error,
+			fmt.Sprintf("failed to configure binding: failed to convert object version: %v", err), e.errorProps(base))}, false
+	}
+	namespace, err := e.namespace(match.attrs)
+	if err != nil {
+		return []audit.Result{e.result("", audit.Error, err.Error(), e.errorProps(base))}, false
+	}
+	if c.matchConditionsSkip != "" {
+		return []audit.Result{e.result("matchConditions", audit.Skip, c.matchConditionsSkip, base)}, false
+	}
+
+	sortParams(params)
+	for _, param := range params {
+		props := maps.Clone(base)
+		var versionedParam runtime.Object = param
+		if param != nil {
+			props[audit.PropParam] = paramName(param)
+			if param.GetObjectKind().GroupVersionKind().Empty() {
+				versionedParam = &wrappedParam{
+					TypeMeta: paramTypeMeta(c.policy.Spec.ParamKind),
+					nested:   param,
+				}
+			}
+		}
+		if c.matcher != nil {
+			m := c.matcher.Match(e.ctx, versioned, versionedParam, nil)
+			if m.Error != nil {
+				results = append(results, e.result("matchConditions", audit.Error, m.Error.Error(), e.errorProps(props)))
+				continue
+			}
+			if !m.Matches {
+				continue
+			}
+		}
+		v := c.validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)
+		results = append(results, e.decide(b, v, props)...)
+	}
+	return results, false
+}
+
+// namespace returns the namespace the namespaceObject variable shows, as the dispatcher fetches it.
+func (e *evaluation) namespace(attrs admission.Attributes) (*corev1.Namespace, error) {
+	name := attrs.GetNamespace()
+	if gvk := attrs.GetKind(); gvk.Group == "" && gvk.Version == "v1" && gvk.Kind == "Namespace" {
+		name = ""
+	}
+	if name == "" {
+		return nil, nil
+	}
+	return e.p.matcher.GetNamespace(e.ctx, name)
+}
+
+// decide turns the validator's decisions for one (binding, param) into results.
+func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props map[string]string) []audit.Result {
+	c := e.p.compiled
+	for _, a := range v.AuditAnnotations {
+		if a.Action == validating.AuditAnnotationActionPublish {
+			value := a.Value
+			if len(value) > maxAuditAnnotationValueLength {
+				value = value[:maxAuditAnnotationValueLength]
+			}
+			props[PropAuditAnnotationPrefix+a.Key] = value
+		}
+	}
+
+	var results []audit.Result
+	failed := false
+	add := func(r audit.Result) {
+		failed = failed || r.Verdict != audit.Skip
+		results = append(results, r)
+	}
+	// The validator returns one decision per validation it was given, or a single decision when the whole
+	// evaluation failed (e.g. the cost budget ran out).
+	aligned := len(v.Decisions) == len(c.judged)
+	position := 0
+	evaluated := 0
+	for i, info := range c.validations {
+		rule := fmt.Sprintf("validations[%d]", i)
+		ruleProps := withProp(props, audit.PropRule, info.expression)
+		if info.skip != "" {
+			results = append(results, e.result(rule, audit.Skip, info.skip, ruleProps))
+			continue
+		}
+		evaluated++
+		if !aligned {
+			continue
+		}
+		d := v.Decisions[position]
+		position++
+		switch {
+		case d.Evaluation == validating.EvalError:
+			add(e.result(rule, audit.Error, d.Message, e.errorProps(ruleProps)))
+		case d.Action == validating.ActionDeny:
+			verdict := audit.Warn
+			if b.deny {
+				verdict = audit.Fail
+			}
+			ruleProps[audit.PropReason] = string(d.Reason)
+			if info.messageSkip != "" {
+				ruleProps[PropMessageExpression] = info.messageSkip
+			}
+			add(e.result(rule, verdict, d.Message, ruleProps))
+		}
+	}
+	if !aligned {
+		for _, d := range v.Decisions {
+			add(e.result("validations", audit.Error, d.Message, e.errorProps(props)))
+		}
+	}
+	for i, a := range v.AuditAnnotations {
+		if a.Error == "" || i >= len(c.annotations) {
+			continue
+		}
+		index := c.annotations[i]
+		add(e.result(fmt.Sprintf("auditAnnotations[%d]", index), audit.Error, a.Error,
+			e.errorProps(withProp(props, audit.PropRule, c.policy.Spec.AuditAnnotations[index].ValueExpression))))
+	}
+	if !failed && (evaluated > 0 || len(c.validations) == 0) {
+		results = append(results, e.result("", audit.Pass, "", props))
+	}
+	return results
+}
+
+func (e *evaluation) result(rule string, verdict audit.Verdict, message string, props map[string]string) audit.Result {
+	c := e.p.compiled
+	return audit.Result{
+		Policy:     c.policy.Name,
+		Rule:       rule,
+		Category:   c.category,
+		Severity:   c.severity,
+		Verdict:    verdict,
+		Message:    message,
+		Properties: props,
+		Resource:   e.ref,
+	}
+}
+
+// errorProps returns props with the failurePolicy, which decides what the apiserver does with an error.
+func (e *evaluation) errorProps(props map[string]string) map[string]string {
+	return withProp(props, audit.PropFailurePolicy, string(e.p.compiled.failurePolicy))
+}
+
+// properties are those shared by every result of the binding.
+func (b *boundBinding) properties() map[string]string {
+	props := map[string]string{audit.PropValidationActions: b.actions}
+	if b.name != "" {
+		props[audit.PropBinding] = b.name
+	}
+	return props
+}
+
+// withProp returns a copy of props with key set to value.
+func withProp(props map[string]string, key, value string) map[string]string {
+	out := make(map[string]string, len(props)+1)
+	maps.Copy(out, props)
+	out[key] = value
+	return out
+}
+
+func (c *Compiled) paramKindOrZero() schema.GroupVersionKind {
+	if c.paramKind == nil {
+		return schema.GroupVersionKind{}
+	}
+	return *c.paramKind
+}
+
+// paramTypeMeta is the TypeMeta the dispatcher gives typed params that lack one.
+func paramTypeMeta(pk *admissionregistrationv1.ParamKind) (tm metav1.TypeMeta) {
+	if pk != nil {
+		tm.APIVersion, tm.Kind = pk.APIVersion, pk.Kind
+	}
+	return tm
+}
+
+// paramName is "namespace/name", or "name" for a cluster-scoped param.
+func paramName(param runtime.Object) string {
+	m, err := meta.Accessor(param)
+	if err != nil {
+		return ""
+	}
+	if m.GetNamespace() == "" {
+		return m.GetName()
+	}
+	return m.GetNamespace() + "/" + m.GetName()
+}
+
+// sortParams orders params by namespace and name: listers return them in no particular order, and results
+// must be deterministic.
+func sortParams(params []runtime.Object) {
+	slices.SortStableFunc(params, func(a, b runtime.Object) int {
+		return strings.Compare(paramName(a), paramName(b))
+	})
+}

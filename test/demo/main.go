@@ -1,0 +1,197 @@
+// Command demo runs celaudit's main job on a local control plane: it starts kube-apiserver and etcd, stores
+// objects, tightens the rules that govern them, runs the operator and prints the PolicyReports it writes.
+// It keeps the control plane up until interrupted, so the reports can be explored with kubectl.
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap/zapcore"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/controllers"
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+var (
+	//go:embed testdata/widget-crd.yaml
+	widgetCRD []byte
+	//go:embed testdata/widget-crd-tightened.yaml
+	widgetCRDTightened []byte
+	//go:embed testdata/widgets.yaml
+	widgets []byte
+)
+
+func main() {
+	exitAfter := flag.Duration("exit-after", 0, "Stop after this long instead of waiting for Ctrl-C (0 waits).")
+	flag.Parse()
+	// Only errors from the operator: its progress is what the demo prints.
+	logger := zap.New(zap.Level(zapcore.ErrorLevel))
+	ctrl.SetLogger(logger)
+	klog.SetLogger(logger.WithName("upstream"))
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, *exitAfter); err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, exitAfter time.Duration) error {
+	step("Starting kube-apiserver and etcd")
+	env, err := envtestutil.Start()
+	if err != nil {
+		return err
+	}
+	defer func() {
+		step("Stopping the control plane")
+		_ = env.Stop()
+	}()
+	kubeconfig, err := writeKubeconfig(env.Environment)
+	if err != nil {
+		return err
+	}
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	c := env.Client
+
+	step("Installing the Widget CRD (no validation rules yet) and storing five widgets")
+	if err := applyYAML(ctx, c, widgetCRD, widgets); err != nil {
+		return err
+	}
+	show(ctx, kubectl, kubeconfig, "get", "widgets", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,REPLICAS:.spec.replicas,MIN:.spec.minReplicas,MAX:.spec.maxReplicas,IMAGE:.spec.image,TIER:.spec.tier")
+
+	step("Tightening the CRD: a replica-range rule, an image rule, maximum: 50 and an enum on tier")
+	if err := applyYAML(ctx, c, widgetCRDTightened); err != nil {
+		return err
+	}
+	fmt.Println("The API server accepts the change; the widgets already stored are not re-validated.")
+
+	step("Starting celaudit")
+	opts := controllers.DefaultOptions()
+	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
+	op, err := controllers.NewOperator(env.Config, opts)
+	if err != nil {
+		return err
+	}
+	opCtx, stopOp := context.WithCancel(ctx)
+	opDone := make(chan error, 1)
+	go func() { opDone <- op.Start(opCtx) }()
+	defer func() {
+		stopOp()
+		<-opDone
+	}()
+	start := time.Now()
+	if err := waitForReports(ctx, c, op); err != nil {
+		return err
+	}
+	fmt.Printf("First audit complete and reports written in %s.\n", time.Since(start).Round(time.Millisecond))
+
+	step("kubectl get policyreports -A")
+	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A")
+	step("kubectl get policyreport -n team-a celaudit -o yaml")
+	show(ctx, kubectl, kubeconfig, "get", "policyreport", "-n", "team-a", "celaudit", "-o", "yaml")
+
+	step("The control plane keeps running")
+	fmt.Printf("Explore it with:\n  export KUBECONFIG=%s\n  %s get policyreports -A\n", kubeconfig, kubectl)
+	fmt.Println("Press Ctrl-C to stop and clean up.")
+	if exitAfter > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(exitAfter):
+		}
+	} else {
+		<-ctx.Done()
+	}
+	return nil
+}
+
+func step(s string) { fmt.Printf("\n==> %s\n", s) }
+
+func applyYAML(ctx context.Context, c client.Client, docs ...[]byte) error {
+	for _, d := range docs {
+		objs, err := envtestutil.DecodeYAML(d)
+		if err != nil {
+			return err
+		}
+		if err := envtestutil.Apply(ctx, c, objs...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitForReports waits until the operator has settled and the reports have stopped changing.
+func waitForReports(ctx context.Context, c client.Client, op *controllers.Operator) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	last, stable := "", 0
+	for time.Now().Before(deadline) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		time.Sleep(500 * time.Millisecond)
+		if !op.Settled() {
+			continue
+		}
+		list := &v1alpha2.PolicyReportList{}
+		if err := c.List(ctx, list); err != nil {
+			return fmt.Errorf("listing reports: %w", err)
+		}
+		sig := ""
+		for _, r := range list.Items {
+			sig += fmt.Sprintf("%s/%s@%s;", r.Namespace, r.Name, r.ResourceVersion)
+		}
+		if sig != "" && sig == last {
+			stable++
+			if stable >= 4 {
+				return nil
+			}
+			continue
+		}
+		last, stable = sig, 0
+	}
+	return errors.New("reports did not settle within 2 minutes")
+}
+
+func writeKubeconfig(env *envtest.Environment) (string, error) {
+	user, err := env.AddUser(envtest.User{Name: "demo-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return "", fmt.Errorf("creating demo user: %w", err)
+	}
+	data, err := user.KubeConfig()
+	if err != nil {
+		return "", fmt.Errorf("building kubeconfig: %w", err)
+	}
+	dir := filepath.Join(os.TempDir(), "celaudit-demo")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("creating %s: %w", dir, err)
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, data, 0o600); err != nil {
+		return "", fmt.Errorf("writing kubeconfig: %w", err)
+	}
+	return path, nil
+}
+
+func show(ctx context.Context, kubectl, kubeconfig string, args ...string) {
+	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "kubectl %v: %v\n", args, err)
+	}
+}

@@ -1,0 +1,129 @@
+package envtestutil
+
+import (
+	"net/http"
+	"strings"
+	"sync"
+
+	"k8s.io/client-go/rest"
+)
+
+// RequestCounter counts the API requests made through a rest.Config, by verb and resource, so tests can
+// assert how much an operation cost the API server rather than how it was coded.
+type RequestCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+// Count is one counted request kind.
+type Count struct {
+	Verb     string // get, list, watch, create, update, patch, delete
+	Resource string // plural resource name, e.g. policyreports
+}
+
+// Wrap returns a copy of cfg whose requests are counted.
+func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
+			c.add(verbOf(req), resourceOf(req.URL.Path))
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+// Get returns how many requests of verb on resource were made.
+func (c *RequestCounter) Get(verb, resource string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.counts[verb+" "+resource]
+}
+
+// Snapshot returns all counts, keyed "verb resource".
+func (c *RequestCounter) Snapshot() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make(map[string]int, len(c.counts))
+	for k, v := range c.counts {
+		out[k] = v
+	}
+	return out
+}
+
+// Reset forgets every count.
+func (c *RequestCounter) Reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.counts = nil
+}
+
+// Writes returns the number of create, update, patch and delete requests on resource.
+func (c *RequestCounter) Writes(resource string) int {
+	return c.Get("create", resource) + c.Get("update", resource) + c.Get("patch", resource) + c.Get("delete", resource)
+}
+
+func (c *RequestCounter) add(verb, resource string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.counts == nil {
+		c.counts = map[string]int{}
+	}
+	c.counts[verb+" "+resource]++
+}
+
+type roundTripperFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripperFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+func verbOf(req *http.Request) string {
+	q := req.URL.Query()
+	switch req.Method {
+	case http.MethodGet:
+		if q.Get("watch") == "true" || q.Get("watch") == "1" {
+			return "watch"
+		}
+		if isCollection(req.URL.Path) {
+			return "list"
+		}
+		return "get"
+	case http.MethodPost:
+		return "create"
+	case http.MethodPut:
+		return "update"
+	case http.MethodPatch:
+		return "patch"
+	case http.MethodDelete:
+		return "delete"
+	}
+	return strings.ToLower(req.Method)
+}
+
+// pathParts returns the resource-relevant segments after /api/v1 or /apis/group/version.
+func pathParts(path string) []string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return nil
+	}
+	if len(parts) > 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	return parts
+}
+
+func resourceOf(path string) string {
+	parts := pathParts(path)
+	if len(parts) == 0 {
+		return ""
+	}
+	return parts[0]
+}
+
+func isCollection(path string) bool {
+	return len(pathParts(path)) == 1
+}

@@ -1,0 +1,38 @@
+package envtestutil
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+)
+
+func TestVerbAndResource(t *testing.T) {
+	cases := []struct {
+		method, url, verb, resource string
+	}{
+		{"GET", "/api/v1/namespaces", "list", "namespaces"},
+		{"GET", "/api/v1/namespaces/a", "get", "namespaces"},
+		{"GET", "/api/v1/namespaces/a/configmaps?limit=500", "list", "configmaps"},
+		{"GET", "/api/v1/configmaps?watch=true", "watch", "configmaps"},
+		{"GET", "/api/v1/namespaces/a/configmaps/x", "get", "configmaps"},
+		{"POST", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/a/policyreports", "create", "policyreports"},
+		{"PUT", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/celaudit", "update", "clusterpolicyreports"},
+		{"DELETE", "/apis/example.com/v1/namespaces/a/widgets/w", "delete", "widgets"},
+		{"PATCH", "/apis/example.com/v1/widgets/w/status", "patch", "widgets"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.method+" "+tc.url, func(t *testing.T) {
+			u, err := url.Parse(tc.url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req := &http.Request{Method: tc.method, URL: u}
+			if got := verbOf(req); got != tc.verb {
+				t.Errorf("verb = %q, want %q", got, tc.verb)
+			}
+			if got := resourceOf(u.Path); got != tc.resource {
+				t.Errorf("resource = %q, want %q", got, tc.resource)
+			}
+		})
+	}
+}
