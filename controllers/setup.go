@@ -53,17 +53,17 @@ type Options struct {
 // DefaultOptions returns the defaults of every flag.
 func DefaultOptions() Options {
 	return Options{
-		MetricsAddr:         ":8080",
-		ProbeAddr:           ":8081",
-		ResyncPeriod:        time.Hour,
-		Workers:             runtime.NumCPU(),
-		PageSize:            500,
-		QPS:                 50,
-		Burst:               100,
-		ReportVerdicts:      "fail,warn,error,skip",
-		MaxReportBytes:      report.DefaultMaxReportBytes,
-		ReportCoalesce:      time.Second,
-		ExcludeCRDGroups:    v1alpha2.GroupVersion.Group,
+		MetricsAddr:      ":8080",
+		ProbeAddr:        ":8081",
+		ResyncPeriod:     time.Hour,
+		Workers:          runtime.NumCPU(),
+		PageSize:         500,
+		QPS:              50,
+		Burst:            100,
+		ReportVerdicts:   "fail,warn,error,skip",
+		MaxReportBytes:   report.DefaultMaxReportBytes,
+		ReportCoalesce:   time.Second,
+		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
 	}
 }
 
