@@ -43,6 +43,8 @@ type CRDReconciler struct {
 	Resync time.Duration
 	Gate   *Gate
 	Clock  clock.PassiveClock
+	// Changed, when set, is called on every CRD event: the served resources may have changed.
+	Changed func()
 
 	mu       sync.Mutex
 	compiled map[string]compiledCRD
@@ -60,6 +62,9 @@ type compiledCRD struct {
 
 // Reconcile compiles a CRD's validation into a policy, or removes the policy of a CRD that is gone.
 func (r *CRDReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	if r.Changed != nil {
+		r.Changed()
+	}
 	crd := &apiextensionsv1.CustomResourceDefinition{}
 	if err := r.Client.Get(ctx, req.NamespacedName, crd); err != nil {
 		if apierrors.IsNotFound(err) {

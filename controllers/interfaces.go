@@ -8,6 +8,7 @@ import (
 // PolicyRegistry receives compiled policies; the scan engine evaluates them on the objects they cover.
 type PolicyRegistry interface {
 	SetPolicy(p audit.Policy)
+	ReplacePolicy(p audit.Policy)
 	RemovePolicy(key string)
 	Rescan(key, namespace string)
 }

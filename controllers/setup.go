@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -168,8 +169,17 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := mgr.Add(engine); err != nil {
 		return nil, fmt.Errorf("adding scan engine: %w", err)
 	}
-	gate := NewGate(CRDSource)
+	gate := NewGate(CRDSource, VAPSource)
 	ctrlOpts := controllerOptions(o)
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery client: %w", err)
+	}
+	resources := NewDiscovery(disc)
+	refresher := &Refresher{Discovery: resources, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
+	if err := mgr.Add(refresher); err != nil {
+		return nil, fmt.Errorf("adding discovery refresher: %w", err)
+	}
 
 	excluded := map[string]bool{}
 	for _, g := range strings.Split(o.ExcludeCRDGroups, ",") {
@@ -186,8 +196,29 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Audited: func(crd *apiextensionsv1.CustomResourceDefinition) bool { return !excluded[crd.Spec.Group] },
 		Resync:  o.ResyncPeriod,
 		Gate:    gate,
+		Changed: refresher.Trigger,
 	}).SetupWithManager(mgr, ctrlOpts); err != nil {
 		return nil, fmt.Errorf("setting up CRD controller: %w", err)
+	}
+	vapr := &VAPReconciler{
+		Client:     mgr.GetClient(),
+		Registry:   engine,
+		Discovery:  resources,
+		Namespaces: cachedNamespaces{reader: mgr.GetCache()},
+		Resync:     o.ResyncPeriod,
+		Gate:       gate,
+	}
+	vapr.Params = NewParams(mgr.GetCache(), vapr.ParamsChanged)
+	if err := vapr.SetupWithManager(mgr, ctrlOpts); err != nil {
+		return nil, fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
+	}
+	if err := (&NamespaceReconciler{
+		Client:     mgr.GetClient(),
+		Registry:   engine,
+		Dependents: vapr.NamespaceDependents,
+		Since:      time.Now(),
+	}).SetupWithManager(mgr, ctrlOpts); err != nil {
+		return nil, fmt.Errorf("setting up namespace controller: %w", err)
 	}
 	settled := func() bool { return gate.Open() && engine.Synced() }
 	if err := (&ReportReconciler{

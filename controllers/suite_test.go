@@ -5,6 +5,9 @@ import (
 	"os"
 	"testing"
 
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
@@ -12,6 +15,7 @@ import (
 var env *envtestutil.Env
 
 func TestMain(m *testing.M) {
+	ctrl.SetLogger(logr.Discard())
 	var err error
 	env, err = envtestutil.Start()
 	if err != nil {

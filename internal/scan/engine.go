@@ -99,7 +99,14 @@ func (e *Engine) Start(ctx context.Context) error {
 
 // SetPolicy adds or replaces a policy and rescans the objects it covers, evaluating only this policy on
 // objects that did not change since they were last read.
-func (e *Engine) SetPolicy(p audit.Policy) {
+func (e *Engine) SetPolicy(p audit.Policy) { e.setPolicy(p, true) }
+
+// ReplacePolicy swaps in a policy whose evaluation is unchanged but whose resources may differ (it was bound
+// again after discovery changed): only resources it did not cover before are scanned, and its results on
+// resources it no longer covers are dropped.
+func (e *Engine) ReplacePolicy(p audit.Policy) { e.setPolicy(p, false) }
+
+func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := p.Key()
@@ -109,8 +116,10 @@ func (e *Engine) SetPolicy(p audit.Policy) {
 	for _, gvr := range p.Resources() {
 		want[gvr] = true
 	}
+	had := map[schema.GroupVersionResource]bool{}
 	if old != nil {
 		for _, gvr := range old.Resources() {
+			had[gvr] = true
 			if !want[gvr] {
 				e.sink.DeletePolicy(key, gvr)
 				e.releaseLocked(gvr)
@@ -124,7 +133,9 @@ func (e *Engine) SetPolicy(p audit.Policy) {
 			e.watchers[gvr] = w
 			e.startLocked(w)
 		}
-		w.requestRescan(key, "")
+		if rescan || !had[gvr] {
+			w.requestRescan(key, "")
+		}
 	}
 }
 
