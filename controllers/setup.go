@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -164,7 +165,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
 	notifier := NewNotifier()
-	store := results.NewStore(notifier.Notify)
+	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(verdicts, audit.Pass)))
 	engine := scan.New(dyn, store, ctrl.Log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
 	if err := mgr.Add(engine); err != nil {
 		return nil, fmt.Errorf("adding scan engine: %w", err)

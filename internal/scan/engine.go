@@ -21,7 +21,7 @@ import (
 // Sink receives the results of evaluations. *results.Store implements it.
 type Sink interface {
 	Set(policy string, obj results.ObjectKey, namespace string, res []audit.Result) bool
-	DeleteObject(obj results.ObjectKey)
+	DeleteObject(obj results.ObjectKey, namespace string)
 	DeletePolicy(policy string, gvr schema.GroupVersionResource)
 }
 
@@ -284,6 +284,6 @@ func policyName(key string) string {
 	return key
 }
 
-func (e *Engine) deleteObject(gvr schema.GroupVersionResource, uid types.UID) {
-	e.sink.DeleteObject(results.ObjectKey{GVR: gvr, UID: uid})
+func (e *Engine) deleteObject(gvr schema.GroupVersionResource, uid types.UID, namespace string) {
+	e.sink.DeleteObject(results.ObjectKey{GVR: gvr, UID: uid}, namespace)
 }

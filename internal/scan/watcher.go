@@ -20,10 +20,34 @@ import (
 	"github.com/celaudit/celaudit/internal/results"
 )
 
-// digest is all a watcher keeps of an object once it has been evaluated.
+// digest is all a watcher keeps of an object once it has been evaluated: enough to tell whether a listed
+// object changed since, and where its results live.
 type digest struct {
-	namespace string
-	rv        string
+	namespace string // interned
+	rv        uint64 // the resourceVersion as an etcd revision, or 0 with rvs set when it is not one
+	rvs       string
+}
+
+func (w *watcher) digestOf(obj *unstructured.Unstructured) digest {
+	ns := obj.GetNamespace()
+	if x, ok := w.namespaces[ns]; ok {
+		ns = x
+	} else {
+		w.namespaces[ns] = ns
+	}
+	rv := obj.GetResourceVersion()
+	if n, err := strconv.ParseUint(rv, 10, 64); err == nil {
+		return digest{namespace: ns, rv: n}
+	}
+	return digest{namespace: ns, rvs: rv}
+}
+
+// newerThan reports whether d is a later version of the object than old.
+func (d digest) newerThan(old digest) bool {
+	if d.rvs != "" || old.rvs != "" {
+		return d.rvs != old.rvs || d.rv != old.rv
+	}
+	return d.rv > old.rv
 }
 
 // watcher reads one resource. Only its run goroutine touches digests and lastRV.
@@ -41,17 +65,19 @@ type watcher struct {
 	unreadable bool // guarded by mu: the last read failed and its error results are recorded
 
 	digests    map[types.UID]digest
+	namespaces map[string]string // interned namespace names of digests
 	lastRV     string
 	readFailed bool
 }
 
 func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
 	return &watcher{
-		engine:  e,
-		gvr:     gvr,
-		pending: map[string]map[string]bool{},
-		wake:    make(chan struct{}, 1),
-		digests: map[types.UID]digest{},
+		engine:     e,
+		gvr:        gvr,
+		pending:    map[string]map[string]bool{},
+		wake:       make(chan struct{}, 1),
+		digests:    map[types.UID]digest{},
+		namespaces: map[string]string{},
 	}
 }
 
@@ -215,7 +241,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	for uid, d := range w.digests {
 		if !seen[uid] && (namespace == "" || d.namespace == namespace) {
 			delete(w.digests, uid)
-			e.deleteObject(w.gvr, uid)
+			e.deleteObject(w.gvr, uid, d.namespace)
 		}
 	}
 	if namespace == "" {
@@ -234,12 +260,13 @@ func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstruc
 		obj := &items[i]
 		uid := obj.GetUID()
 		seen[uid] = true
-		d, known := w.digests[uid]
+		old, known := w.digests[uid]
+		d := w.digestOf(obj)
 		policies := every
-		if known && d.rv == obj.GetResourceVersion() {
+		if known && d == old {
 			policies = only
 		}
-		w.digests[uid] = digest{namespace: obj.GetNamespace(), rv: obj.GetResourceVersion()}
+		w.digests[uid] = d
 		if len(policies) > 0 {
 			jobs = append(jobs, job{obj: obj, policies: policies})
 		}
@@ -321,13 +348,14 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 	case watch.Deleted:
 		uid := obj.GetUID()
 		delete(w.digests, uid)
-		w.engine.deleteObject(w.gvr, uid)
+		w.engine.deleteObject(w.gvr, uid, obj.GetNamespace())
 	case watch.Added, watch.Modified:
 		uid := obj.GetUID()
-		if d, known := w.digests[uid]; known && !newer(rv, d.rv) {
+		d := w.digestOf(obj)
+		if old, known := w.digests[uid]; known && !d.newerThan(old) {
 			return false, nil
 		}
-		w.digests[uid] = digest{namespace: obj.GetNamespace(), rv: rv}
+		w.digests[uid] = d
 		w.engine.evaluate(ctx, w.gvr, obj, w.engine.policiesFor(w.gvr, nil))
 	}
 	return false, nil
@@ -370,17 +398,6 @@ func resourceString(gvr schema.GroupVersionResource) string {
 		return gvr.Version + "/" + gvr.Resource
 	}
 	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
-}
-
-// newer reports whether resourceVersion a is more recent than b. The API server's resourceVersions are
-// etcd revisions; when either does not parse as one, treat a as newer so the object is re-evaluated.
-func newer(a, b string) bool {
-	x, err1 := strconv.ParseUint(a, 10, 64)
-	y, err2 := strconv.ParseUint(b, 10, 64)
-	if err1 != nil || err2 != nil {
-		return a != b
-	}
-	return x > y
 }
 
 func sleep(ctx context.Context, d time.Duration) {
