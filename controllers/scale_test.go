@@ -1,0 +1,204 @@
+package controllers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+func vapFor(name, group, version, resource, expression, message string) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{version}, Resources: []string{resource}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{Expression: expression, Message: message}},
+		},
+	}
+}
+
+func bindingFor(name, policy, label string) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit},
+			MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: nsSelector(label)},
+		},
+	}
+}
+
+func deployment(ns, name string) *appsv1.Deployment {
+	labels := map[string]string{"app": name}
+	return &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:1"}}},
+			},
+		},
+	}
+}
+
+// A policy edit must re-read only the kinds that policy matches, with LISTs, and never GET objects one by one;
+// a rescan annotation re-reads them too but writes nothing when nothing changed.
+func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
+	ctx := context.Background()
+	create(t,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "edit", Labels: map[string]string{"edit-audit": "yes"}}},
+		configMap("edit", "one", map[string]string{"tier": "gold"}),
+		configMap("edit", "two", map[string]string{"tier": "silver"}),
+		deployment("edit", "web"),
+		vapFor("edit-cm", "", "v1", "configmaps", "object.data.tier == 'gold'", "tier must be gold"),
+		bindingFor("edit-cm", "edit-cm", "edit-audit"),
+		vapFor("edit-deploy", "apps", "v1", "deployments", "object.spec.replicas <= 3", "too many replicas"),
+		bindingFor("edit-deploy", "edit-deploy", "edit-audit"),
+	)
+	counter := &envtestutil.RequestCounter{}
+	op, _ := envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
+	envtestutil.WaitSettled(t, op)
+	expectReport(t, "edit", 2, "warn two: tier must be gold")
+
+	counter.Reset()
+	update(t, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "edit-cm"}}, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Spec.Validations[0].Expression = "object.data.tier == 'silver'"
+		p.Spec.Validations[0].Message = "tier must be silver"
+	})
+	expectReport(t, "edit", 2, "warn one: tier must be silver")
+	if got := counter.Get("list", "configmaps"); got == 0 {
+		t.Fatalf("the edited policy's kind was not listed again: %v", counter.Snapshot())
+	}
+	for _, k := range []string{"list deployments", "get configmaps", "get deployments"} {
+		if n := counter.Snapshot()[k]; n != 0 {
+			t.Fatalf("editing a ConfigMap policy made %d %q requests: %v", n, k, counter.Snapshot())
+		}
+	}
+
+	// On-demand rescan: the kind is read again; nothing changed, so no report is written.
+	counter.Reset()
+	update(t, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "edit-deploy"}}, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		p.Annotations = map[string]string{"celaudit.io/rescan": "now"}
+	})
+	envtestutil.Eventually(t, 10*time.Second, func() error {
+		if counter.Get("list", "deployments") == 0 {
+			return fmt.Errorf("rescan annotation did not re-read deployments: %v", counter.Snapshot())
+		}
+		return nil
+	})
+	envtestutil.WaitSettled(t, op)
+	time.Sleep(time.Second)
+	if w := counter.Writes("policyreports"); w != 0 || counter.Get("list", "configmaps") != 0 {
+		t.Fatalf("rescan of an unchanged policy: %d report writes, %d configmap lists", w, counter.Get("list", "configmaps"))
+	}
+	_ = ctx
+}
+
+// Ten thousand violations in one namespace produce chunked reports the API server accepts, each below the
+// object size limit, whose summaries add up to the exact totals.
+func TestTenThousandViolationsInOneNamespace(t *testing.T) {
+	const n = 10000
+	ctx := context.Background()
+	create(t,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "crowd", Labels: map[string]string{"crowd-audit": "yes"}}},
+		vapFor("crowd", "", "v1", "configmaps", "has(object.data) && 'owner' in object.data", "configmaps must name an owner"),
+		bindingFor("crowd", "crowd", "crowd-audit"),
+	)
+	var (
+		wg   sync.WaitGroup
+		errs = make(chan error, n)
+		next = make(chan int)
+	)
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				// A few compliant objects, so that passes are counted beside the listed failures.
+				data := map[string]string{"size": "1"}
+				if i%1000 == 0 {
+					data["owner"] = "me"
+				}
+				if err := env.Client.Create(ctx, configMap("crowd", fmt.Sprintf("cm-%05d", i), data)); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	const passes = n / 1000
+	op, _ := envtestutil.StartOperator(t, env.Config, envtestutil.TestOptions())
+	envtestutil.WaitSettled(t, op)
+
+	var reports []v1alpha2.PolicyReport
+	envtestutil.Eventually(t, 2*time.Minute, func() error {
+		list := &v1alpha2.PolicyReportList{}
+		if err := env.Client.List(ctx, list, client.InNamespace("crowd")); err != nil {
+			return err
+		}
+		var sum v1alpha2.PolicyReportSummary
+		listed := 0
+		for _, r := range list.Items {
+			sum = addSummary(sum, r.Summary)
+			listed += len(r.Results)
+		}
+		if sum.Warn != n-passes || sum.Pass != passes || listed != n-passes {
+			return fmt.Errorf("%d reports: summary %+v, %d results listed", len(list.Items), sum, listed)
+		}
+		reports = list.Items
+		return nil
+	})
+	if len(reports) < 2 {
+		t.Fatalf("10,000 results fit in %d report; expected chunks", len(reports))
+	}
+	seen := map[string]bool{}
+	for _, r := range reports {
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > 1536*1024 {
+			t.Errorf("report %s is %d bytes, over the object size limit", r.Name, len(data))
+		}
+		var chunk v1alpha2.PolicyReportSummary
+		for _, res := range r.Results {
+			if seen[res.Resources[0].Name] {
+				t.Errorf("%s reported twice", res.Resources[0].Name)
+			}
+			seen[res.Resources[0].Name] = true
+			if res.Result == v1alpha2.StatusWarn {
+				chunk.Warn++
+			}
+		}
+		if chunk.Warn != r.Summary.Warn {
+			t.Errorf("report %s lists %d warnings but its summary says %d", r.Name, chunk.Warn, r.Summary.Warn)
+		}
+	}
+}
