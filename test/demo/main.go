@@ -35,6 +35,10 @@ var (
 	widgetCRDTightened []byte
 	//go:embed testdata/widgets.yaml
 	widgets []byte
+	//go:embed testdata/rollout.yaml
+	deployments []byte
+	//go:embed testdata/rollout-policy.yaml
+	rolloutPolicy []byte
 )
 
 func main() {
@@ -76,6 +80,12 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	}
 	show(ctx, kubectl, kubeconfig, "get", "widgets", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,REPLICAS:.spec.replicas,MIN:.spec.minReplicas,MAX:.spec.maxReplicas,IMAGE:.spec.image,TIER:.spec.tier")
 
+	step("Storing three Deployments, then rolling out a ValidatingAdmissionPolicy bound with [Warn, Audit]")
+	if err := applyYAML(ctx, c, deployments, rolloutPolicy); err != nil {
+		return err
+	}
+	fmt.Println("New writes now only get warnings; the Deployments already stored are never checked by the API server.")
+
 	step("Tightening the CRD: a replica-range rule, an image rule, maximum: 50 and an enum on tier")
 	if err := applyYAML(ctx, c, widgetCRDTightened); err != nil {
 		return err
@@ -106,6 +116,9 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A")
 	step("kubectl get policyreport -n team-a celaudit -o yaml")
 	show(ctx, kubectl, kubeconfig, "get", "policyreport", "-n", "team-a", "celaudit", "-o", "yaml")
+	step("The rollout at a glance: what a Deny binding would reject today")
+	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A", "-o",
+		`jsonpath={range .items[*]}{range .results[?(@.policy=="deployment-best-practices")]}{.result}{"\t"}{.resources[0].namespace}/{.resources[0].name}{"\t"}{.message}{"\n"}{end}{end}`)
 
 	step("The control plane keeps running")
 	fmt.Printf("Explore it with:\n  export KUBECONFIG=%s\n  %s get policyreports -A\n", kubeconfig, kubectl)
