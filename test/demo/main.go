@@ -107,10 +107,11 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 		<-opDone
 	}()
 	start := time.Now()
-	if err := waitForReports(ctx, c, op); err != nil {
+	done, err := waitForReports(ctx, c, op)
+	if err != nil {
 		return err
 	}
-	fmt.Printf("First audit complete and reports written in %s.\n", time.Since(start).Round(time.Millisecond))
+	fmt.Printf("First audit complete and reports written in %s.\n", done.Sub(start).Round(100*time.Millisecond))
 
 	step("kubectl get policyreports -A")
 	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A")
@@ -149,36 +150,36 @@ func applyYAML(ctx context.Context, c client.Client, docs ...[]byte) error {
 	return nil
 }
 
-// waitForReports waits until the operator has settled and the reports have stopped changing.
-func waitForReports(ctx context.Context, c client.Client, op *controllers.Operator) error {
+// waitForReports waits until the operator has settled and the reports have stopped changing, and returns
+// when they last changed.
+func waitForReports(ctx context.Context, c client.Client, op *controllers.Operator) (time.Time, error) {
 	deadline := time.Now().Add(2 * time.Minute)
-	last, stable := "", 0
+	last, changed := "", time.Now()
 	for time.Now().Before(deadline) {
 		if err := ctx.Err(); err != nil {
-			return err
+			return changed, err
 		}
-		time.Sleep(500 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond)
 		if !op.Settled() {
 			continue
 		}
 		list := &v1alpha2.PolicyReportList{}
 		if err := c.List(ctx, list); err != nil {
-			return fmt.Errorf("listing reports: %w", err)
+			return changed, fmt.Errorf("listing reports: %w", err)
 		}
 		sig := ""
 		for _, r := range list.Items {
 			sig += fmt.Sprintf("%s/%s@%s;", r.Namespace, r.Name, r.ResourceVersion)
 		}
-		if sig != "" && sig == last {
-			stable++
-			if stable >= 4 {
-				return nil
-			}
+		if sig != last {
+			last, changed = sig, time.Now()
 			continue
 		}
-		last, stable = sig, 0
+		if sig != "" && time.Since(changed) > 2*time.Second {
+			return changed, nil
+		}
 	}
-	return errors.New("reports did not settle within 2 minutes")
+	return changed, errors.New("reports did not settle within 2 minutes")
 }
 
 func writeKubeconfig(env *envtest.Environment) (string, error) {
