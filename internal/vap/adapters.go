@@ -2,6 +2,7 @@ package vap
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -127,8 +128,8 @@ type objectInterfaces struct {
 
 var _ admission.ObjectInterfaces = objectInterfaces{}
 
-func (o objectInterfaces) GetObjectCreater() runtime.ObjectCreater   { return noConversion{} }
-func (o objectInterfaces) GetObjectTyper() runtime.ObjectTyper       { return nil }
+func (o objectInterfaces) GetObjectCreater() runtime.ObjectCreater     { return noConversion{} }
+func (o objectInterfaces) GetObjectTyper() runtime.ObjectTyper         { return nil }
 func (o objectInterfaces) GetObjectDefaulter() runtime.ObjectDefaulter { return nil }
 func (o objectInterfaces) GetObjectConvertor() runtime.ObjectConvertor { return nil }
 func (o objectInterfaces) GetEquivalentResourceMapper() runtime.EquivalentResourceMapper {
@@ -146,6 +147,12 @@ func (noConversion) New(kind schema.GroupVersionKind) (runtime.Object, error) {
 type wrappedParam struct {
 	metav1.TypeMeta
 	nested runtime.Object
+}
+
+// MarshalJSON makes wrappedParam an UnstructuredConverter (which must also be a json.Marshaler), so that CEL
+// reads it through ToUnstructured.
+func (w *wrappedParam) MarshalJSON() ([]byte, error) {
+	return json.Marshal(w.ToUnstructured())
 }
 
 func (w *wrappedParam) ToUnstructured() interface{} {

@@ -2,6 +2,7 @@ package vap
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -26,6 +27,9 @@ type Compiled struct {
 	// compileErr fails every evaluation: the policy could not be compiled at all.
 	compileErr error
 	validator  validating.Validator
+	// secretValidator evaluates Secrets: it has no messageExpressions and no audit annotations, whose output
+	// could quote secret data into a report. Nil when the policy has neither (validator is used).
+	secretValidator validating.Validator
 	// matcher evaluates matchConditions; nil without matchConditions.
 	matcher matchconditions.Matcher
 	// matchConditionsSkip says why the matchConditions cannot be judged; "" when they can.
@@ -49,6 +53,8 @@ type validationInfo struct {
 	skip string
 	// messageSkip says why the messageExpression is not evaluated; "" when it is (or there is none).
 	messageSkip string
+	// hasMessageExpression says whether the validation has a messageExpression that is evaluated.
+	hasMessageExpression bool
 }
 
 // CacheKey identifies what CompilePolicy depends on: the policy's uid and generation, and the annotations that
@@ -148,12 +154,15 @@ func (c *Compiled) compile(opts Options) {
 				info.messageSkip = fmt.Sprintf("not evaluated: depends on the requesting user (%s)", reason)
 			} else {
 				message = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+				info.hasMessageExpression = true
 			}
 		}
 		messages = append(messages, message)
 		c.validations[i] = info
 		c.judged = append(c.judged, i)
 	}
+
+	hasMessageExpressions := slices.ContainsFunc(messages, func(m cel.ExpressionAccessor) bool { return m != nil })
 
 	var annotations []cel.ExpressionAccessor
 	for i, a := range spec.AuditAnnotations {
@@ -172,6 +181,16 @@ func (c *Compiled) compile(opts Options) {
 		&c.failurePolicy,
 		nil,
 	)
+	if hasMessageExpressions || len(annotations) > 0 {
+		c.secretValidator = validating.NewValidator(
+			compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions),
+			nil,
+			compiler.CompileCondition(nil, optionalVars, environment.StoredExpressions),
+			compiler.CompileCondition(make([]cel.ExpressionAccessor, len(messages)), messageVars, environment.StoredExpressions),
+			&c.failurePolicy,
+			nil,
+		)
+	}
 	c.readsNamespaceObject = deps.namespaceObject
 }
 

@@ -18,10 +18,14 @@
 //     that version, so no conversion happens here. It is evaluated as stored: status and system metadata
 //     are not reset as the apiserver's create strategy would reset them.
 //   - There is no requesting user. Validations whose expression (directly or through variables) reads
-//     request.userInfo or the authorizer are reported as skip; a binding whose matchConditions do is reported
-//     as one skip per parameter set; a messageExpression that does is not evaluated (the apiserver's fallback
-//     message is used and the property messageExpression says why); such auditAnnotations are not evaluated.
-//     request.dryRun is false and request.options holds empty CreateOptions/UpdateOptions.
+//     request.userInfo or the authorizer are reported as skip; a binding whose matchConditions do gets one
+//     skip, since whether the policy applies cannot be decided; a messageExpression that does is not evaluated
+//     (the apiserver's fallback message is used and the property messageExpression says why); such
+//     auditAnnotations are not evaluated. request.dryRun is false and request.options holds empty
+//     CreateOptions/UpdateOptions.
+//   - Errors are reported whatever the failurePolicy, including matchConditions errors that the apiserver
+//     drops under Ignore. A binding whose paramRef finds no params under parameterNotFoundAction Allow
+//     does not apply, as in the apiserver, and yields no results.
 //   - A policy without bindings is not enforced by the apiserver; it is audited as if bound with empty
 //     matchResources and validationActions [Audit], so its failures are warnings.
 //

@@ -141,32 +141,11 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		}
 	}()
 	c := e.p.compiled
-	var match definitionMatch
-	var op admission.Operation
-	for _, candidate := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
-		d := e.definition(pl.request, candidate)
-		if d.err != nil || !d.matches {
-			if d.err != nil && candidate != admission.Delete {
-				return []audit.Result{e.result("", audit.Error, "failed to configure policy: "+d.err.Error(), e.errorProps(nil))}, true
-			}
-			continue
-		}
-		if candidate != admission.Delete && e.p.paramConfigErr != nil {
-			return []audit.Result{e.result("", audit.Error, "failed to configure policy: "+e.p.paramConfigErr.Error(), e.errorProps(nil))}, true
-		}
-		ok, err := e.p.matcher.BindingMatches(d.attrs, e.p.objects, validating.NewValidatingAdmissionPolicyBindingAccessor(b.binding))
-		if err != nil && candidate != admission.Delete {
-			return []audit.Result{e.result("", audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
-		}
-		if err == nil && ok {
-			match, op = d, candidate
-			break
-		}
+	match, op, stop, policyFailed := e.operation(b, pl, base)
+	if stop != nil || op == "" {
+		return stop, policyFailed
 	}
-	switch op {
-	case "":
-		return nil, false
-	case admission.Delete:
+	if op == admission.Delete {
 		props := withProp(base, audit.PropOperation, string(op))
 		return []audit.Result{e.result("", audit.Skip,
 			"the binding applies to this object only on DELETE; stored objects are audited as CREATE or UPDATE", props)}, false
@@ -190,7 +169,7 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	if err != nil {
 		return []audit.Result{e.result("", audit.Error, err.Error(), e.errorProps(base))}, false
 	}
-	if c.matchConditionsSkip != "" {
+	if c.matchConditionsSkip != "" && c.compileErr == nil {
 		return []audit.Result{e.result("matchConditions", audit.Skip, c.matchConditionsSkip, base)}, false
 	}
 
@@ -207,6 +186,11 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 				}
 			}
 		}
+		if c.compileErr != nil {
+			// What the validator returns for a policy that did not compile.
+			results = append(results, e.result("", audit.Error, c.compileErr.Error(), e.errorProps(props)))
+			continue
+		}
 		if c.matcher != nil {
 			m := c.matcher.Match(e.ctx, versioned, versionedParam, nil)
 			if m.Error != nil {
@@ -217,10 +201,44 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 				continue
 			}
 		}
-		v := c.validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)
+		validator := c.validator
+		if e.secret() && c.secretValidator != nil {
+			validator = c.secretValidator
+		}
+		v := validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)
 		results = append(results, e.decide(b, v, props)...)
 	}
 	return results, false
+}
+
+// operation finds the first operation (CREATE, UPDATE, then DELETE) for which both the policy and the binding
+// match the object; op is empty when none does. Configuration errors, of the policy (policyFailed) or of the
+// binding, are returned as results.
+func (e *evaluation) operation(b *boundBinding, pl plan, base map[string]string) (
+	match definitionMatch, op admission.Operation, errs []audit.Result, policyFailed bool,
+) {
+	for _, candidate := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
+		// DELETE only decides whether to report a skip: its errors are not the audited request's.
+		audited := candidate != admission.Delete
+		d := e.definition(pl.request, candidate)
+		if d.err != nil && audited {
+			return d, "", []audit.Result{e.result("", audit.Error, "failed to configure policy: "+d.err.Error(), e.errorProps(nil))}, true
+		}
+		if d.err != nil || !d.matches {
+			continue
+		}
+		if audited && e.p.paramConfigErr != nil {
+			return d, "", []audit.Result{e.result("", audit.Error, "failed to configure policy: "+e.p.paramConfigErr.Error(), e.errorProps(nil))}, true
+		}
+		ok, err := e.p.matcher.BindingMatches(d.attrs, e.p.objects, validating.NewValidatingAdmissionPolicyBindingAccessor(b.binding))
+		if err != nil && audited {
+			return d, "", []audit.Result{e.result("", audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
+		}
+		if err == nil && ok {
+			return d, candidate, nil, false
+		}
+	}
+	return definitionMatch{}, "", nil, false
 }
 
 // namespace returns the namespace the namespaceObject variable shows, as the dispatcher fetches it.
@@ -250,8 +268,8 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 
 	var results []audit.Result
 	failed := false
-	add := func(r audit.Result) {
-		failed = failed || r.Verdict != audit.Skip
+	add := func(r audit.Result) { // a fail, warn or error
+		failed = true
 		results = append(results, r)
 	}
 	// The validator returns one decision per validation it was given, or a single decision when the whole
@@ -283,6 +301,8 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 			ruleProps[audit.PropReason] = string(d.Reason)
 			if info.messageSkip != "" {
 				ruleProps[PropMessageExpression] = info.messageSkip
+			} else if info.hasMessageExpression && e.secret() {
+				ruleProps[PropMessageExpression] = secretMessageSkip
 			}
 			add(e.result(rule, verdict, d.Message, ruleProps))
 		}
@@ -304,6 +324,16 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 		results = append(results, e.result("", audit.Pass, "", props))
 	}
 	return results
+}
+
+// secretMessageSkip says why a Secret's result carries the static message rather than the messageExpression's.
+const secretMessageSkip = "not evaluated for Secrets: its output could disclose secret data; the message is the one the API server falls back to"
+
+// secret reports whether the evaluated object is a Secret: celaudit never copies what expressions compute
+// from a Secret's data (messageExpressions, audit annotation values) into a report.
+func (e *evaluation) secret() bool {
+	gvk := e.obj.GroupVersionKind()
+	return gvk.Group == "" && gvk.Kind == "Secret"
 }
 
 func (e *evaluation) result(rule string, verdict audit.Verdict, message string, props map[string]string) audit.Result {

@@ -33,6 +33,7 @@ var (
 	eventsGVR          = schema.GroupVersionResource{Group: "events.k8s.io", Version: "v1", Resource: "events"}
 	nodesGVR           = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	configMapsGVR      = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	secretsGVR         = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 	configMapGVK       = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
 	limitsGVK          = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Limits"}
 	clusterLimitsGVK   = schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "ClusterLimits"}
@@ -49,6 +50,7 @@ func discovery() []*metav1.APIResourceList {
 			{Name: "pods/exec", Kind: "PodExecOptions", Namespaced: true, Verbs: metav1.Verbs{"create", "get"}},
 			{Name: "namespaces", Kind: "Namespace", Verbs: listVerbs},
 			{Name: "configmaps", Kind: "ConfigMap", Namespaced: true, Verbs: listVerbs},
+			{Name: "secrets", Kind: "Secret", Namespaced: true, Verbs: listVerbs},
 			{Name: "events", Kind: "Event", Namespaced: true, Verbs: listVerbs},
 			{Name: "nodes", Kind: "Node", Verbs: listVerbs},
 			{Name: "bindings", Kind: "Binding", Namespaced: true, Verbs: metav1.Verbs{"create"}},
@@ -134,7 +136,9 @@ func (p params) List(gvk schema.GroupVersionKind, namespace string, selector lab
 // failingParams fails every read.
 type failingParams struct{ err error }
 
-func (f failingParams) Get(schema.GroupVersionKind, string, string) (runtime.Object, error) { return nil, f.err }
+func (f failingParams) Get(schema.GroupVersionKind, string, string) (runtime.Object, error) {
+	return nil, f.err
+}
 func (f failingParams) List(schema.GroupVersionKind, string, labels.Selector) ([]runtime.Object, error) {
 	return nil, f.err
 }
@@ -142,7 +146,9 @@ func (f failingParams) List(schema.GroupVersionKind, string, labels.Selector) ([
 // panickingParams panics on every read, as a buggy cache might.
 type panickingParams struct{}
 
-func (panickingParams) Get(schema.GroupVersionKind, string, string) (runtime.Object, error) { panic("boom") }
+func (panickingParams) Get(schema.GroupVersionKind, string, string) (runtime.Object, error) {
+	panic("boom")
+}
 func (panickingParams) List(schema.GroupVersionKind, string, labels.Selector) ([]runtime.Object, error) {
 	panic("boom")
 }
@@ -346,7 +352,9 @@ func notFound(a admissionregistrationv1.ParameterNotFoundActionType) func(*admis
 	return func(r *admissionregistrationv1.ParamRef) { r.ParameterNotFoundAction = &a }
 }
 
-func selector(s map[string]string) *metav1.LabelSelector { return &metav1.LabelSelector{MatchLabels: s} }
+func selector(s map[string]string) *metav1.LabelSelector {
+	return &metav1.LabelSelector{MatchLabels: s}
+}
 
 // Results.
 
