@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -38,6 +39,8 @@ type ReportReconciler struct {
 	// Coalesce is the delay between a change and the write of its report: writes under churn are batched.
 	Coalesce time.Duration
 	Clock    clock.PassiveClock
+	// Writes, when set, counts the writes by operation.
+	Writes *prometheus.CounterVec
 }
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
@@ -90,6 +93,9 @@ func (r *ReportReconciler) existing(ctx context.Context, namespace string) (repo
 }
 
 func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
+	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
+	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
+	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
 	var errs []error
 	for i := range c.PolicyReports.Create {
 		errs = append(errs, r.Client.Create(ctx, &c.PolicyReports.Create[i]))
@@ -113,6 +119,12 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 		return fmt.Errorf("writing reports: %w", err)
 	}
 	return nil
+}
+
+func (r *ReportReconciler) count(op string, n int) {
+	if r.Writes != nil && n > 0 {
+		r.Writes.WithLabelValues(op).Add(float64(n))
+	}
 }
 
 // SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes

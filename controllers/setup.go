@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
@@ -222,6 +223,10 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("setting up namespace controller: %w", err)
 	}
 	settled := func() bool { return gate.Open() && engine.Synced() }
+	writes := newReportWrites()
+	// Registration fails when several operators share a process (tests); metrics then stay with the first.
+	_ = metrics.Registry.Register(writes)
+	_ = metrics.Registry.Register(newResultCollector(store))
 	if err := (&ReportReconciler{
 		Client:   mgr.GetClient(),
 		Results:  store,
@@ -229,6 +234,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Notifier: notifier,
 		Options:  report.Options{ListVerdicts: verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
 		Coalesce: o.ReportCoalesce,
+		Writes:   writes,
 	}).SetupWithManager(mgr, ctrlOpts); err != nil {
 		return nil, fmt.Errorf("setting up report controller: %w", err)
 	}

@@ -237,3 +237,21 @@ func (s *Store) changed(namespace string) {
 		s.onChange(namespace)
 	}
 }
+
+// Counts returns the number of results per verdict, compacted passes included.
+func (s *Store) Counts() map[audit.Verdict]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := map[audit.Verdict]int{}
+	for _, ns := range s.byNS {
+		for _, e := range ns {
+			for _, p := range e.policies {
+				out[audit.Pass] += int(p.passes)
+				for _, r := range p.results {
+					out[r.Verdict]++
+				}
+			}
+		}
+	}
+	return out
+}
