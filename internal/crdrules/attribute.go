@@ -3,7 +3,7 @@ package crdrules
 import (
 	"fmt"
 	"reflect"
-	"sort"
+	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -28,6 +28,9 @@ type slot struct {
 	failure bool
 }
 
+// run is the rule run of a slot, whichever path it reports at.
+func (s slot) run() slot { return slot{occ: s.occ, rule: s.rule} }
+
 // match is a slot that can have produced a field error, with how sure the match is.
 type match struct {
 	slot    slot
@@ -35,12 +38,19 @@ type match struct {
 	verdict audit.Verdict
 }
 
-// attribute names the rule of each CEL field error. It walks the rule tree alongside obj as the
-// validator did, and matches each error against what every rule run there can print: its path, type,
-// value and detail. Errors are matched best-first and each rule run is used at most once, so two rules
-// with the same message at the same place still get one error each; when two rules could have printed
-// the very same error, the earlier rule is named. Budget errors name no rule: see budgetFinding.
-func attribute(root *ruleNode, obj interface{}, errs field.ErrorList) []Finding {
+// confirmedBonus outweighs any score: the marked run saw this very rule report at this path.
+const confirmedBonus = 10
+
+// attribute names the rule of each CEL field error of errs, which must be in the validator's order.
+//
+// It walks the rule tree alongside obj as the validator did, and matches each error against what every
+// rule run there can print: its path, type, value and detail. The validator reports the rules of one
+// node in order and stops at the first budget error, so the rules matched at one place must come in
+// order, and each rule run is used at most once. When an error could come from several rules (two
+// rules with a messageExpression, or with the same message), confirm is called once: it reruns the
+// rules with messages that name them (see versionPolicy.markedRun) and returns the "field\x00ruleID"
+// pairs that reported, which settles the choice; without it the earlier rule is named.
+func attribute(root *ruleNode, obj interface{}, errs field.ErrorList, confirm func() map[string]bool) []Finding {
 	occs := collectOccurrences(root, obj)
 	byField := map[string][]slot{}
 	for i, o := range occs {
@@ -61,104 +71,81 @@ func attribute(root *ruleNode, obj interface{}, errs field.ErrorList) []Finding 
 		}
 	}
 
-	sorted := append(field.ErrorList(nil), errs...)
-	sort.SliceStable(sorted, func(i, j int) bool { return errorKey(sorted[i]) < errorKey(sorted[j]) })
-
-	used := map[slot]bool{}
-	// The highest rule index that reported at each occurrence, for placing budget errors.
-	lastIndex := map[int]int{}
-	findings := make([]Finding, 0, len(sorted))
-	var budgetErrs field.ErrorList
-	for _, e := range sorted {
-		if e.Type == field.ErrorTypeInvalid && e.Detail == budgetDetail {
-			budgetErrs = append(budgetErrs, e)
+	cands := make([][]match, len(errs))
+	ambiguous := false
+	for i, e := range errs {
+		if isBudgetError(e) {
 			continue
 		}
-		var best *match
 		for _, s := range byField[e.Field] {
-			m, ok := score(occs, s, e)
-			if ok && better(occs, m, best, used) {
-				mm := m
-				best = &mm
+			if m, ok := score(occs, s, e); ok {
+				cands[i] = append(cands[i], m)
 			}
+		}
+		ambiguous = ambiguous || len(cands[i]) > 1
+	}
+	var confirmed map[string]bool
+	if ambiguous && confirm != nil {
+		confirmed = confirm()
+	}
+
+	used := map[slot]bool{}
+	// The highest rule index that reported at each occurrence.
+	lastIndex := map[int]int{}
+	findings := make([]Finding, 0, len(errs))
+	for i, e := range errs {
+		if isBudgetError(e) {
+			findings = append(findings, budgetFinding(occs, byField[e.Field], used, lastIndex, e))
+			continue
+		}
+		best := pick(occs, cands[i], e, confirmed, func(s slot) bool {
+			if used[s.run()] {
+				return false
+			}
+			last, ok := lastIndex[s.occ]
+			return !ok || s.rule > last
+		})
+		if best == nil {
+			// The order constraint can only fail if the validator changed its walk; name the best
+			// match anyway rather than none.
+			best = pick(occs, cands[i], e, confirmed, func(slot) bool { return true })
 		}
 		if best == nil {
 			findings = append(findings, unattributed(e))
 			continue
 		}
-		used[best.slot] = true
-		if best.slot.rule > lastIndex[best.slot.occ] || !hasKey(lastIndex, best.slot.occ) {
+		used[best.slot.run()] = true
+		if last, ok := lastIndex[best.slot.occ]; !ok || best.slot.rule > last {
 			lastIndex[best.slot.occ] = best.slot.rule
 		}
 		findings = append(findings, findingFor(occs, best.slot, e, best.verdict))
 	}
-
-	for _, e := range budgetErrs {
-		findings = append(findings, budgetFinding(occs, byField[e.Field], used, lastIndex, e))
-	}
 	return findings
 }
 
-// budgetFinding attributes an error "running out of cost budget". The validator runs a node's rules in
-// order and stops at the rule that ran out, so that rule comes after the last rule of the node that
-// reported an error. When exactly one rule of the node is left, it is named; otherwise the finding
-// names the node's rules as a whole ("<path>.x-kubernetes-validations"), since the rules that passed
-// before it leave no trace.
-func budgetFinding(occs []occurrence, slots []slot, used map[slot]bool, lastIndex map[int]int, e *field.Error) Finding {
-	var left []slot
-	for _, s := range slots {
-		o := occs[s.occ]
-		if s.failure || s.rule < 0 || !o.node.rules[s.rule].evaluated || used[s] || e.BadValue != o.node.schema.Type {
+func isBudgetError(e *field.Error) bool {
+	return e.Type == field.ErrorTypeInvalid && e.Detail == budgetDetail
+}
+
+// pick returns the best of the allowed candidates of e: confirmed by the marked run first, then the
+// most specific match, then the earliest rule and occurrence.
+func pick(occs []occurrence, cands []match, e *field.Error, confirmed map[string]bool, allowed func(slot) bool) *match {
+	var best *match
+	for _, m := range cands {
+		if !allowed(m.slot) {
 			continue
 		}
-		if last, ok := lastIndex[s.occ]; ok && s.rule <= last {
-			continue
+		if m.slot.rule >= 0 && confirmed[e.Field+"\x00"+occs[m.slot.occ].node.rules[m.slot.rule].id] {
+			m.score += confirmedBonus
 		}
-		left = append(left, s)
-	}
-	if len(left) == 0 {
-		return unattributed(e)
-	}
-	if len(left) == 1 {
-		used[left[0]] = true
-		return findingFor(occs, left[0], e, audit.Error)
-	}
-	first := left[0]
-	for _, s := range left[1:] {
-		if slotOrder(occs, s) < slotOrder(occs, first) {
-			first = s
+		if best == nil || m.score > best.score ||
+			(m.score == best.score && (slotOrder(occs, m.slot) < slotOrder(occs, best.slot) ||
+				(slotOrder(occs, m.slot) == slotOrder(occs, best.slot) && m.slot.occ < best.slot.occ))) {
+			mm := m
+			best = &mm
 		}
 	}
-	return findingFor(occs, slot{occ: first.occ, rule: -1}, e, audit.Error)
-}
-
-func hasKey(m map[int]int, k int) bool {
-	_, ok := m[k]
-	return ok
-}
-
-// errorKey orders field errors independently of the validator's map iteration.
-func errorKey(e *field.Error) string {
-	return e.Field + "\x00" + string(e.Type) + "\x00" + e.Detail + "\x00" + fmt.Sprintf("%#v", e.BadValue)
-}
-
-// better reports whether m is a better match than best: a higher score, then a rule run not yet
-// used, then the earlier rule and occurrence.
-func better(occs []occurrence, m match, best *match, used map[slot]bool) bool {
-	if best == nil {
-		return true
-	}
-	if m.score != best.score {
-		return m.score > best.score
-	}
-	if used[m.slot] != used[best.slot] {
-		return !used[m.slot]
-	}
-	mo, bo := slotOrder(occs, m.slot), slotOrder(occs, best.slot)
-	if mo != bo {
-		return mo < bo
-	}
-	return m.slot.occ < best.slot.occ
+	return best
 }
 
 func slotOrder(occs []occurrence, s slot) int {
@@ -187,7 +174,7 @@ func score(occs []occurrence, s slot, e *field.Error) (match, bool) {
 			}
 			// Compile errors may name the generated type of self, which differs between compilations.
 			sc := 2
-			if e.Detail == r.compileErr {
+			if stableText(e.Detail) == stableText(r.compileErr) {
 				sc = 3
 			}
 			return match{slot: s, score: sc, verdict: audit.Error}, true
@@ -254,10 +241,29 @@ func runtimeErrorOf(r *ruleInfo, e *field.Error, nodeType string) bool {
 func findingFor(occs []occurrence, s slot, e *field.Error, verdict audit.Verdict) Finding {
 	n := occs[s.occ].node
 	if s.rule < 0 {
-		return fromFieldError(e, joinPath(n.schemaPath, "x-kubernetes-validations"), "", verdict)
+		return stable(fromFieldError(e, joinPath(n.schemaPath, "x-kubernetes-validations"), "", verdict))
 	}
 	r := &n.rules[s.rule]
-	return fromFieldError(e, r.id, r.rule.Rule, verdict)
+	return stable(fromFieldError(e, r.id, r.rule.Rule, verdict))
+}
+
+// generatedTypeName matches the name the apiserver gives the type of self when it compiles a schema's
+// rules: "selfType" and the nanoseconds of the clock, new at every compilation.
+var generatedTypeName = regexp.MustCompile(`\bselfType[0-9]+\b`)
+
+// stableText replaces the generated type names of a CEL message (compile errors print them) with
+// "selfType", so that a message does not change each time the CRD is compiled, which would make every
+// report look new.
+func stableText(s string) string {
+	if !strings.Contains(s, "selfType") {
+		return s
+	}
+	return generatedTypeName.ReplaceAllString(s, "selfType")
+}
+
+func stable(f Finding) Finding {
+	f.Message = stableText(f.Message)
+	return f
 }
 
 // unattributed is the finding of a CEL error no rule of the schema can have printed. It cannot
@@ -269,5 +275,38 @@ func unattributed(e *field.Error) Finding {
 		strings.HasPrefix(e.Detail, initErrorPrefix) {
 		verdict = audit.Error
 	}
-	return fromFieldError(e, RuleIDValidations, "", verdict)
+	return stable(fromFieldError(e, RuleIDValidations, "", verdict))
+}
+
+// budgetFinding attributes an error "running out of cost budget", always the validator's last error.
+// The validator runs a node's rules in order and stops at the rule that ran out, so that rule comes
+// after the last rule of the node that reported an error. When exactly one rule of the node is left,
+// it is named; otherwise the finding names the node's rules as a whole ("<path>.x-kubernetes-validations"),
+// since the rules that passed before it leave no trace.
+func budgetFinding(occs []occurrence, slots []slot, used map[slot]bool, lastIndex map[int]int, e *field.Error) Finding {
+	var left []slot
+	for _, s := range slots {
+		o := occs[s.occ]
+		if s.failure || s.rule < 0 || !o.node.rules[s.rule].evaluated || used[s.run()] || e.BadValue != o.node.schema.Type {
+			continue
+		}
+		if last, ok := lastIndex[s.occ]; ok && s.rule <= last {
+			continue
+		}
+		left = append(left, s)
+	}
+	if len(left) == 0 {
+		return unattributed(e)
+	}
+	if len(left) == 1 {
+		used[left[0].run()] = true
+		return findingFor(occs, left[0], e, audit.Error)
+	}
+	first := left[0]
+	for _, s := range left[1:] {
+		if slotOrder(occs, s) < slotOrder(occs, first) {
+			first = s
+		}
+	}
+	return findingFor(occs, slot{occ: first.occ, rule: -1}, e, audit.Error)
 }

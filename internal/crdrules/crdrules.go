@@ -76,7 +76,9 @@ type Finding struct {
 	// Rule is the CEL expression, empty for schema checks.
 	Rule string
 	// Message is the field error exactly as the apiserver prints it (field.Error.Error()), or for a skip
-	// the reason the rule was not judged.
+	// the reason the rule was not judged. One part is made stable: the name the apiserver generates
+	// for the type of self at each compilation ("selfType123456789", printed by compile errors) is
+	// written "selfType".
 	Message string
 	// FieldPath is the path of the field error ("" for the object itself).
 	FieldPath string

@@ -11,8 +11,10 @@
 // Upstream field errors do not name the rule that produced them, while a report needs one row per
 // rule. Each CEL error is therefore attributed to a rule after the run, by walking the compiled rule
 // tree alongside the object (the same walk the validator does) and matching the error's field path,
-// type, value and detail against what each rule can produce. The attribution never changes a verdict
-// or a message; it only names the rule.
+// type, value and detail against what each rule can produce, in the order the validator reports
+// them. When several rules could have printed the same error (two messageExpressions, two equal
+// messages), the rules are run a second time with messages that name them, and that run settles the
+// choice. The attribution never changes a verdict or a message; it only names the rule.
 //
 // Two things a stored object cannot be judged on are reported as skips instead of passes:
 // transition rules (rules using oldSelf without optionalOldSelf), which only run on UPDATE, and the

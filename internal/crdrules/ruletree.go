@@ -77,7 +77,7 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, is
 	for i, c := range compiled {
 		rule := validationSchema.XValidations[i]
 		info := ruleInfo{
-			id:          joinPath(path, "x-kubernetes-validations") + fmt.Sprintf("[%d]", i),
+			id:          ruleID(path, i),
 			order:       *order,
 			index:       i,
 			rule:        rule,
@@ -158,6 +158,32 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, is
 	return nil
 }
 
+// hasTransition reports whether n or a node below it has a transition rule.
+func (n *ruleNode) hasTransition() bool {
+	if n == nil {
+		return false
+	}
+	for i := range n.rules {
+		if n.rules[i].transition {
+			return true
+		}
+	}
+	if n.items.hasTransition() || n.additionalProperties.hasTransition() {
+		return true
+	}
+	for _, p := range n.properties {
+		if p.hasTransition() {
+			return true
+		}
+	}
+	for _, b := range n.allOf {
+		if b.hasTransition() {
+			return true
+		}
+	}
+	return false
+}
+
 // nestedToStructural is the apiserver's conversion of an allOf branch into a schema to compile.
 func nestedToStructural(nested *structuralschema.NestedValueValidation) *structuralschema.Structural {
 	if nested == nil {
@@ -212,6 +238,61 @@ func failureType(reason *apiextensionsv1.FieldValueErrorReason) field.ErrorType 
 		return field.ErrorTypeDuplicate
 	default:
 		return field.ErrorTypeInvalid
+	}
+}
+
+// ruleID is the identity of the i-th rule of the node at path.
+func ruleID(path string, i int) string {
+	return joinPath(path, "x-kubernetes-validations") + fmt.Sprintf("[%d]", i)
+}
+
+// ruleMarker starts the message of every rule of the marked schema, followed by the rule's identity.
+const ruleMarker = "\x00celaudit-rule:"
+
+// markRules rewrites, in place, every rule of s (and of its allOf branches) to report with a message
+// naming it, without messageExpression or reason, so that each field error of a validator built from
+// the result names the rule that printed it. Paths follow buildRuleNode.
+func markRules(s *structuralschema.Structural, path string) {
+	if s == nil {
+		return
+	}
+	markRuleList(s.XValidations, path)
+	markRules(s.Items, path+"[*]")
+	for k, p := range s.Properties {
+		markRules(&p, joinPath(path, propertySegment(k)))
+		s.Properties[k] = p
+	}
+	if s.AdditionalProperties != nil {
+		markRules(s.AdditionalProperties.Structural, path+"[*]")
+	}
+	if s.ValueValidation != nil {
+		for i := range s.ValueValidation.AllOf {
+			markNestedRules(&s.ValueValidation.AllOf[i], joinPath(path, fmt.Sprintf("allOf[%d]", i)))
+		}
+	}
+}
+
+func markNestedRules(n *structuralschema.NestedValueValidation, path string) {
+	if n == nil {
+		return
+	}
+	markRuleList(n.XValidations, path)
+	markNestedRules(n.Items, path+"[*]")
+	for k, p := range n.Properties {
+		markNestedRules(&p, joinPath(path, propertySegment(k)))
+		n.Properties[k] = p
+	}
+	markNestedRules(n.AdditionalProperties, path+"[*]")
+	for i := range n.AllOf {
+		markNestedRules(&n.AllOf[i], joinPath(path, fmt.Sprintf("allOf[%d]", i)))
+	}
+}
+
+func markRuleList(rules apiextensionsv1.ValidationRules, path string) {
+	for i := range rules {
+		rules[i].Message = ruleMarker + ruleID(path, i)
+		rules[i].MessageExpression = ""
+		rules[i].Reason = nil
 	}
 }
 

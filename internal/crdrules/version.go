@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
+	"sync"
 
+	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
 	apiextensionscel "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/cel"
 	apiservervalidation "k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
@@ -44,16 +46,25 @@ type versionPolicy struct {
 	// rules mirrors cel with each rule's identity, for attributing field errors and finding
 	// transition rules.
 	rules *ruleNode
+	// hasTransition is true when some rule is a transition rule.
+	hasTransition bool
 	// budget is the runtime cost budget of one object.
-	budget int64
+	budget       int64
+	perCallLimit uint64
+
+	// marked is a validator of the same rules whose messages name them, built on first need: it
+	// settles which rule printed an error when several could have (see attribute).
+	markedOnce       sync.Once
+	marked           *apiextensionscel.Validator
+	markedStructural *structuralschema.Structural
 }
 
 // compileVersion builds the validation of one version as the apiserver's CRD handler does.
 func compileVersion(crd *apiextensionsv1.CustomResourceDefinition, version string, opts Options) (vp *versionPolicy) {
-	vp = &versionPolicy{version: version, budget: opts.RuntimeCostBudget}
+	vp = &versionPolicy{version: version, budget: opts.RuntimeCostBudget, perCallLimit: opts.PerCallLimit}
 	defer func() {
 		if r := recover(); r != nil {
-			*vp = versionPolicy{version: version, buildErr: fmt.Errorf("panic building the validation: %v", r)}
+			vp.buildErr = fmt.Errorf("panic building the validation: %v", r)
 		}
 	}()
 
@@ -108,6 +119,7 @@ func compileVersion(crd *apiextensionsv1.CustomResourceDefinition, version strin
 	vp.cel = apiextensionscel.NewValidator(structural, true, opts.PerCallLimit)
 	if vp.cel != nil {
 		vp.rules = buildRuleTree(structural, opts.PerCallLimit)
+		vp.hasTransition = vp.rules.hasTransition()
 	}
 	return vp
 }
@@ -155,7 +167,9 @@ func (vp *versionPolicy) findings(ctx context.Context, obj *unstructured.Unstruc
 		} else {
 			out = append(out, vp.validateCEL(ctx, u)...)
 		}
-		out = append(out, vp.transitionSkips(u.Object)...)
+		if vp.hasTransition {
+			out = append(out, vp.transitionSkips(u.Object)...)
+		}
 	}
 	return sortFindings(out)
 }
@@ -183,7 +197,34 @@ func (vp *versionPolicy) validateCEL(ctx context.Context, u *unstructured.Unstru
 	if len(errs) == 0 {
 		return nil
 	}
-	return attribute(vp.rules, u.Object, errs)
+	return attribute(vp.rules, u.Object, errs, func() map[string]bool { return vp.markedRun(ctx, u.Object) })
+}
+
+// markedRun validates obj with the marked rules (see markRules) and returns the "field\x00ruleID"
+// pairs of the rules that reported an error. It only names rules: its messages are never shown.
+func (vp *versionPolicy) markedRun(ctx context.Context, obj map[string]interface{}) (confirmed map[string]bool) {
+	defer func() {
+		if r := recover(); r != nil {
+			confirmed = nil
+		}
+	}()
+	vp.markedOnce.Do(func() {
+		s := vp.structural.DeepCopy()
+		markRules(s, "")
+		vp.markedStructural = s
+		vp.marked = apiextensionscel.NewValidator(s, true, vp.perCallLimit)
+	})
+	if vp.marked == nil {
+		return nil
+	}
+	errs, _ := vp.marked.Validate(ctx, nil, vp.markedStructural, obj, nil, vp.budget)
+	confirmed = make(map[string]bool, len(errs))
+	for _, e := range errs {
+		if i := strings.LastIndex(e.Detail, ruleMarker); i >= 0 {
+			confirmed[e.Field+"\x00"+e.Detail[i+len(ruleMarker):]] = true
+		}
+	}
+	return confirmed
 }
 
 // transitionSkips reports each transition rule whose schema node is present in the object once.
