@@ -110,9 +110,7 @@ func (r *CRDReconciler) reconcile(ctx context.Context, crd *apiextensionsv1.Cust
 func (r *CRDReconciler) remove(name string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if _, ok := r.compiled[name]; ok {
-		delete(r.compiled, name)
-	}
+	delete(r.compiled, name)
 	r.Registry.RemovePolicy(policyKeyCRD(name))
 }
 

@@ -96,7 +96,8 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
-	var errs []error
+	errs := make([]error, 0, len(c.PolicyReports.Create)+len(c.PolicyReports.Update)+len(c.PolicyReports.Delete)+
+		len(c.ClusterPolicyReports.Create)+len(c.ClusterPolicyReports.Update)+len(c.ClusterPolicyReports.Delete))
 	for i := range c.PolicyReports.Create {
 		errs = append(errs, r.Client.Create(ctx, &c.PolicyReports.Create[i]))
 	}

@@ -112,7 +112,7 @@ func TestVAPRolloutScenario(t *testing.T) {
 		err := env.Client.Create(ctx, configMap("vs-a", "probe", map[string]string{"size": "1"}), client.DryRunAll)
 		want := "ValidatingAdmissionPolicy 'vs-owner' with binding 'vs-owner-binding' denied request: " + msg
 		if err == nil || !strings.Contains(err.Error(), want) {
-			return fmt.Errorf("API server answer %v does not contain %q", err, want)
+			return fmt.Errorf("API server answer %w does not contain %q", err, want)
 		}
 		return nil
 	})
@@ -223,7 +223,7 @@ func TestVAPParamChangeScenario(t *testing.T) {
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		err := env.Client.Create(context.Background(), configMap("vp-b", "probe", map[string]string{"size": "1"}), client.DryRunAll)
 		if err == nil || !strings.Contains(err.Error(), notFound) {
-			return fmt.Errorf("API server answer %v does not contain %q", err, notFound)
+			return fmt.Errorf("API server answer %w does not contain %q", err, notFound)
 		}
 		return nil
 	})

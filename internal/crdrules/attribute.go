@@ -201,7 +201,7 @@ func score(occs []occurrence, s slot, e *field.Error) (match, bool) {
 		return match{}, false
 	}
 	if e.Type == field.ErrorTypeInvalid || e.Type == field.ErrorTypeDuplicate {
-		var want interface{} = o.value
+		want := o.value
 		if nodeType == "object" || nodeType == "array" {
 			want = field.OmitValueType{}
 		}

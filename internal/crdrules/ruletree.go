@@ -63,11 +63,11 @@ type ruleInfo struct {
 // buildRuleTree mirrors apiextensionscel.NewValidator(s, true, perCallLimit).
 func buildRuleTree(s *structuralschema.Structural, perCallLimit uint64) *ruleNode {
 	order := 0
-	return buildRuleNode(s, s, true, model.SchemaDeclType(s, true), perCallLimit, "", &order)
+	return buildRuleNode(s, s, model.SchemaDeclType(s, true), perCallLimit, "", &order)
 }
 
 // buildRuleNode mirrors the validator() recursion of the apiserver, node for node.
-func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, isResourceRoot bool, declType *apiservercel.DeclType, perCallLimit uint64, path string, order *int) *ruleNode {
+func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, declType *apiservercel.DeclType, perCallLimit uint64, path string, order *int) *ruleNode {
 	compilationSchema := *nodeSchema
 	compilationSchema.XValidations = validationSchema.XValidations
 	compiled, err := apiextensionscel.Compile(&compilationSchema, declType, perCallLimit,
@@ -106,7 +106,7 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, is
 		elemType = declType.ElemType
 	}
 	if validationSchema.Items != nil && nodeSchema.Items != nil {
-		n.items = buildRuleNode(validationSchema.Items, nodeSchema.Items, nodeSchema.Items.XEmbeddedResource, elemType, perCallLimit, path+"[*]", order)
+		n.items = buildRuleNode(validationSchema.Items, nodeSchema.Items, elemType, perCallLimit, path+"[*]", order)
 	}
 	if len(validationSchema.Properties) > 0 {
 		n.properties = map[string]*ruleNode{}
@@ -132,7 +132,7 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, is
 					continue
 				}
 			}
-			if p := buildRuleNode(&validationProperty, &nodeProperty, nodeProperty.XEmbeddedResource, fieldType, perCallLimit, joinPath(path, propertySegment(k)), order); p != nil {
+			if p := buildRuleNode(&validationProperty, &nodeProperty, fieldType, perCallLimit, joinPath(path, propertySegment(k)), order); p != nil {
 				n.properties[k] = p
 			}
 		}
@@ -140,11 +140,11 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, is
 	if validationSchema.AdditionalProperties != nil && validationSchema.AdditionalProperties.Structural != nil &&
 		nodeSchema.AdditionalProperties != nil && nodeSchema.AdditionalProperties.Structural != nil {
 		n.additionalProperties = buildRuleNode(validationSchema.AdditionalProperties.Structural, nodeSchema.AdditionalProperties.Structural,
-			nodeSchema.AdditionalProperties.Structural.XEmbeddedResource, elemType, perCallLimit, path+"[*]", order)
+			elemType, perCallLimit, path+"[*]", order)
 	}
 	if validationSchema.ValueValidation != nil {
 		for i := range validationSchema.ValueValidation.AllOf {
-			branch := buildRuleNode(nestedToStructural(&validationSchema.ValueValidation.AllOf[i]), nodeSchema, isResourceRoot, declType, perCallLimit,
+			branch := buildRuleNode(nestedToStructural(&validationSchema.ValueValidation.AllOf[i]), nodeSchema, declType, perCallLimit,
 				joinPath(path, fmt.Sprintf("allOf[%d]", i)), order)
 			if branch != nil {
 				n.allOf = append(n.allOf, branch)

@@ -176,7 +176,7 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	sortParams(params)
 	for _, param := range params {
 		props := maps.Clone(base)
-		var versionedParam runtime.Object = param
+		versionedParam := param
 		if param != nil {
 			props[audit.PropParam] = paramName(param)
 			if param.GetObjectKind().GroupVersionKind().Empty() {

@@ -300,15 +300,6 @@ func withParamKind(gvk schema.GroupVersionKind) policyOption {
 	}
 }
 
-func withAnnotation(key, value string) policyOption {
-	return func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
-		if p.Annotations == nil {
-			p.Annotations = map[string]string{}
-		}
-		p.Annotations[key] = value
-	}
-}
-
 // Bindings.
 
 type bindingOption func(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)

@@ -104,7 +104,9 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	go func() { opDone <- op.Start(opCtx) }()
 	defer func() {
 		stopOp()
-		<-opDone
+		if err := <-opDone; err != nil {
+			fmt.Fprintln(os.Stderr, "operator stopped with an error:", err)
+		}
 	}()
 	start := time.Now()
 	done, err := waitForReports(ctx, c, op)

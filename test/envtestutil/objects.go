@@ -73,7 +73,7 @@ func WaitEstablished(ctx context.Context, c client.Client, name string) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("CRD %s not established in time (last error: %v)", name, err)
+			return fmt.Errorf("CRD %s not established in time (last error: %w)", name, err)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
