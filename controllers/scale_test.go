@@ -11,6 +11,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -200,5 +201,29 @@ func TestTenThousandViolationsInOneNamespace(t *testing.T) {
 		if chunk.Warn != r.Summary.Warn {
 			t.Errorf("report %s lists %d warnings but its summary says %d", r.Name, chunk.Warn, r.Summary.Warn)
 		}
+	}
+}
+
+// A policy's own resync interval re-reads its objects periodically; an unchanged cluster gets no report writes.
+func TestResyncIntervalAnnotation(t *testing.T) {
+	mustApply(t, widgetCRD("resyncers", "Resyncer", apiextensionsv1.NamespaceScoped), namespace("resync"))
+	mustApply(t, widget("Resyncer", "resync", "big", 9), widget("Resyncer", "resync", "small", 1))
+	crd := widgetCRD("resyncers", "Resyncer", apiextensionsv1.NamespaceScoped,
+		apiextensionsv1.ValidationRule{Rule: "self.replicas <= 5", Message: "replicas must be at most 5"})
+	crd.Annotations = map[string]string{"celaudit.io/resync-interval": "1s"}
+	mustApply(t, crd)
+
+	counter := &envtestutil.RequestCounter{}
+	op, _ := envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
+	envtestutil.WaitSettled(t, op)
+	expectReport(t, "resync", 1, "fail big: spec: Invalid value: replicas must be at most 5")
+
+	counter.Reset()
+	time.Sleep(3500 * time.Millisecond)
+	if lists := counter.Get("list", "resyncers"); lists < 2 {
+		t.Fatalf("a 1s resync interval re-read the objects %d times in 3.5s", lists)
+	}
+	if w := counter.Writes("policyreports"); w != 0 {
+		t.Fatalf("resyncs of an unchanged cluster wrote %d reports", w)
 	}
 }
