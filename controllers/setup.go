@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -121,8 +122,8 @@ func Scheme() *k8sruntime.Scheme {
 // Operator is a wired celaudit: run it with Start.
 type Operator struct {
 	ctrl.Manager
-	// Settled reports whether the results reflect every object under every policy the cluster held at
-	// start-up and no rescan is pending; reports are written from then on.
+	// Settled reports whether every policy is registered, every audited resource has been read and no rescan
+	// is pending. Reports are written once it has been true.
 	Settled func() bool
 	// Results holds the current results.
 	Results *results.Store
@@ -223,6 +224,19 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("setting up namespace controller: %w", err)
 	}
 	settled := func() bool { return gate.Open() && engine.Synced() }
+	// Only the first audit holds reports back: later rescans (a policy edit, a resync) update results in
+	// place, and holding every namespace's writes until they finish would delay unrelated changes.
+	var audited atomic.Bool
+	firstAuditDone := func() bool {
+		if audited.Load() {
+			return true
+		}
+		if settled() {
+			audited.Store(true)
+			return true
+		}
+		return false
+	}
 	writes := newReportWrites()
 	// Registration fails when several operators share a process (tests); metrics then stay with the first.
 	_ = metrics.Registry.Register(writes)
@@ -230,7 +244,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := (&ReportReconciler{
 		Client:   mgr.GetClient(),
 		Results:  store,
-		Ready:    settled,
+		Ready:    firstAuditDone,
 		Notifier: notifier,
 		Options:  report.Options{ListVerdicts: verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
 		Coalesce: o.ReportCoalesce,
@@ -239,7 +253,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("setting up report controller: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
-		if !settled() {
+		if !firstAuditDone() {
 			return fmt.Errorf("first audit in progress")
 		}
 		return nil
