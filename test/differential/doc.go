@@ -1,13 +1,20 @@
 // Package differential checks celaudit's verdicts and messages against a real kube-apiserver.
 //
-// The product promises that, for any stored custom resource, the audit decides what the apiserver
-// decides when the object is created, with the same field error text. The tests here create every
-// fixture object under its CustomResourceDefinition (a server-side dry run, then a real create of what
-// the apiserver accepts), evaluate the same object with internal/crdrules, and compare the two answers
-// object by object: rejected exactly when the audit fails or errors, and the apiserver's field errors
-// equal to the audit's.
+// CRD validation (crd_test.go, fixtures under testdata/crd): for any stored custom resource, the audit
+// decides what the apiserver decides when the object is created, with the same field error text. Every
+// fixture object is tried under its CustomResourceDefinition (a server-side dry run, then a real create of
+// what the apiserver accepts), evaluated with internal/crdrules, and the two answers are compared object by
+// object: rejected exactly when the audit fails or errors, and the apiserver's field errors equal to the
+// audit's.
 //
-// Fixtures live under testdata/crd: each file is one CustomResourceDefinition followed by the objects
-// to try, each annotated with what the apiserver is expected to answer, so a wrong fixture is caught
+// ValidatingAdmissionPolicies (vap_test.go, fixtures under testdata/vap): objects are stored first, then a
+// policy and its bindings are created, as in a real rollout. Each stored object is evaluated with
+// internal/vap against the live cluster's discovery, namespaces and params, and compared with the
+// apiserver's answer to a server-side dry-run create (or update) of the same object: denied exactly when the
+// audit predicts a denial, with the same denial text, reason and warnings. For Secrets the audit carries the
+// message the apiserver falls back to instead of a messageExpression's output, by design, and the test
+// checks exactly that fallback.
+//
+// Fixture files say what the apiserver is expected to answer for each object, so a wrong fixture is caught
 // as well as a wrong audit.
 package differential

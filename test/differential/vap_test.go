@@ -1,0 +1,1212 @@
+package differential
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+// Annotations of the objects of testdata/vap.
+const (
+	// vapAnnotationExpect marks an object to compare, with what is expected of it:
+	//   deny:  the apiserver denies it and the audit fails it;
+	//   admit: the apiserver admits it and the audit has no fail, warn or error result;
+	//   warn:  the apiserver admits it and the audit warns (a Warn or Audit binding failed);
+	//   error: the audit reports an evaluation or configuration error; the apiserver then denies
+	//          under failurePolicy Fail (with a Deny binding) and admits under Ignore.
+	vapAnnotationExpect = "celaudit.io/expect"
+	// vapAnnotationVerdicts optionally lists the audit's verdicts for the object, sorted and
+	// comma-separated ("fail,pass"), or "none" when the policy does not apply to it.
+	vapAnnotationVerdicts = "celaudit.io/verdicts"
+	// vapAnnotationRequest is the request the apiserver is asked about: "create" (the default) or
+	// "update" (a dry-run update leaving the stored object unchanged).
+	vapAnnotationRequest = "celaudit.io/request"
+	// vapAnnotationProbe marks an object whose denial shows that the policy is in effect: the
+	// apiserver is asked until its denial contains this text. Every file has at least one.
+	vapAnnotationProbe = "celaudit.io/probe"
+	// vapAnnotationCase names the subtest when kind, namespace and name do not.
+	vapAnnotationCase = "celaudit.io/case"
+	// vapGroupLabel confines each file's policy to that file's objects, so that files run in
+	// parallel without one policy judging another file's objects: every compared object carries it
+	// and every policy's objectSelector requires it (ANDed with the file's own selector).
+	vapGroupLabel = "celaudit.io/vap-group"
+)
+
+// The fixtures must keep at least this much coverage, so that the comparison cannot silently shrink.
+const (
+	vapMinScenarios = 60
+	vapMinDenied    = 20
+	vapMinAdmitted  = 20
+)
+
+// The texts the apiserver's validating admission policy dispatcher (k8s.io/apiserver
+// pkg/admission/plugin/policy/validating/dispatcher.go) builds from a decision's message.
+const (
+	vapDenialWithBinding = "ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s"
+	vapDenialOfPolicy    = "ValidatingAdmissionPolicy '%s' denied request: %s"
+	vapWarning           = "Validation failed for ValidatingAdmissionPolicy '%s' with binding '%s': %s"
+	vapConfigBinding     = "failed to configure binding: "
+)
+
+// TestVAPMatchesAPIServer installs each file of testdata/vap (a policy, its bindings, the namespaces,
+// params and CRDs they need), stores the file's objects before the policy exists, as the product
+// finds them, and then compares, object by object, the apiserver's answer to a request for the
+// object with the audit of the stored object: denied exactly when the audit predicts a denial, with
+// the audit's message and reason; warned exactly with the audit's warnings. Subtests are named
+// <file>/<kind>/<namespace>/<name>.
+func TestVAPMatchesAPIServer(t *testing.T) {
+	groups, err := loadVAPGroups(filepath.Join("testdata", "vap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := newVAPClients(t)
+
+	total := &vapTally{}
+	t.Cleanup(func() {
+		got := total.get()
+		if vapSubtestsFiltered() {
+			t.Logf("coverage not checked, subtests are filtered: %s", got)
+			return
+		}
+		t.Logf("compared %s", got)
+		if got.scenarios < vapMinScenarios || got.denied < vapMinDenied || got.admitted < vapMinAdmitted {
+			t.Errorf("comparison shrank: %s; want at least %d scenarios, %d denied, %d admitted",
+				got, vapMinScenarios, vapMinDenied, vapMinAdmitted)
+		}
+	})
+
+	for _, g := range groups {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			runVAPGroup(t, cl, g, total)
+		})
+	}
+}
+
+// TestVAPFixtureCoverage checks, from the fixture files alone, that they keep the coverage the
+// comparison promises; the comparison then checks that the apiserver agrees with each expectation.
+func TestVAPFixtureCoverage(t *testing.T) {
+	groups, err := loadVAPGroups(filepath.Join("testdata", "vap"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := map[string]int{}
+	scenarios := 0
+	for _, g := range groups {
+		for _, c := range g.cases {
+			scenarios++
+			n[c.expect]++
+		}
+	}
+	// Expected denials: "deny" and some "error"; expected admissions: "admit", "warn" and the rest.
+	if scenarios < vapMinScenarios || n["deny"] < vapMinDenied || n["admit"]+n["warn"] < vapMinAdmitted {
+		t.Errorf("fixtures: %d scenarios (%v); want at least %d scenarios, %d expected denied, %d expected admitted",
+			scenarios, n, vapMinScenarios, vapMinDenied, vapMinAdmitted)
+	}
+}
+
+// vapClients are the clients every file shares.
+type vapClients struct {
+	// dyn reports warnings to the vapWarnings collector in the request's context.
+	dyn       dynamic.Interface
+	discovery discovery.DiscoveryInterface
+}
+
+func newVAPClients(t *testing.T) *vapClients {
+	t.Helper()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.WarningHandler = nil
+	cfg.WarningHandlerWithContext = vapWarningRouter{}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatalf("creating dynamic client: %v", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatalf("creating discovery client: %v", err)
+	}
+	return &vapClients{dyn: dyn, discovery: dc}
+}
+
+// runVAPGroup installs one file and compares each of its objects.
+func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *vapTally) {
+	ctx := t.Context()
+
+	for _, crd := range g.crds {
+		if err := env.Client.Create(ctx, crd.DeepCopy()); err != nil {
+			t.Fatalf("creating CRD %s: %v", crd.Name, err)
+		}
+		if err := envtestutil.WaitEstablished(ctx, env.Client, crd.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolver, err := vapResolver(ctx, cl.discovery, g.kinds())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The objects are stored before the policy exists: the product audits objects stored before a
+	// policy, and this gives the audit exactly what the apiserver stores (defaults, integer types).
+	for _, obj := range g.setup {
+		if err := vapCreate(ctx, cl.dyn, resolver, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range g.cases {
+		if err := vapCreate(ctx, cl.dyn, resolver, c.obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	policy, bindings := installVAP(t, g)
+	for _, c := range g.cases {
+		if c.probe != "" {
+			waitForProbe(t, cl, resolver, c)
+		}
+	}
+
+	deps := vap.Deps{
+		Namespaces: vapNamespaces{ctx: ctx, c: env.Client},
+		Params:     vapParams{ctx: ctx, dyn: cl.dyn, resolver: resolver},
+		Resolver:   resolver,
+	}
+	compiled := vap.Compile(policy, bindings, deps, vap.Options{})
+	if len(compiled.Resources()) == 0 {
+		t.Fatalf("the audit of policy %s reads no resource", policy.Name)
+	}
+	actions := map[string][]admissionregistrationv1.ValidationAction{}
+	for _, b := range bindings {
+		actions[b.Name] = b.Spec.ValidationActions
+	}
+	exact := policy.Spec.MatchConstraints != nil && policy.Spec.MatchConstraints.MatchPolicy != nil &&
+		*policy.Spec.MatchConstraints.MatchPolicy == admissionregistrationv1.Exact
+
+	for _, c := range g.cases {
+		t.Run(c.name, func(t *testing.T) {
+			s := &vapScenario{
+				c:        c,
+				policy:   policy,
+				actions:  actions,
+				compiled: compiled,
+				resolver: resolver,
+				dyn:      cl.dyn,
+				exact:    exact,
+			}
+			denied := s.compare(t)
+			total.add(func(n *vapCounts) {
+				n.scenarios++
+				n.uncompared += s.uncompared
+				if denied {
+					n.denied++
+				} else {
+					n.admitted++
+				}
+			})
+		})
+	}
+}
+
+// installVAP creates the policy, confined to the file's objects, and its bindings in file order,
+// and returns them as the apiserver stores them (defaulted). They are deleted when the test ends.
+func installVAP(t *testing.T, g *vapGroup) (*admissionregistrationv1.ValidatingAdmissionPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	t.Helper()
+	ctx := t.Context()
+	policy := g.policy.DeepCopy()
+	if policy.Spec.MatchConstraints == nil {
+		t.Fatalf("policy %s has no matchConstraints", policy.Name)
+	}
+	confineToGroup(policy.Spec.MatchConstraints, g.name)
+	if err := env.Client.Create(ctx, policy); err != nil {
+		t.Fatalf("creating policy %s: %v", policy.Name, err)
+	}
+	t.Cleanup(func() {
+		if err := env.Client.Delete(context.Background(), policy); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("deleting policy %s: %v", policy.Name, err)
+		}
+	})
+	// Bindings are created in file order, and the apiserver's binding informer sees them in that
+	// order: once a probe shows a binding in effect, the ones before it are in effect too.
+	var bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, b := range g.bindings {
+		b := b.DeepCopy()
+		if err := env.Client.Create(ctx, b); err != nil {
+			t.Fatalf("creating binding %s: %v", b.Name, err)
+		}
+		t.Cleanup(func() {
+			if err := env.Client.Delete(context.Background(), b); err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("deleting binding %s: %v", b.Name, err)
+			}
+		})
+		bindings = append(bindings, b)
+	}
+
+	stored := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	if err := env.Client.Get(ctx, client.ObjectKeyFromObject(policy), stored); err != nil {
+		t.Fatalf("reading back policy %s: %v", policy.Name, err)
+	}
+	var storedBindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	for _, b := range bindings {
+		sb := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		if err := env.Client.Get(ctx, client.ObjectKeyFromObject(b), sb); err != nil {
+			t.Fatalf("reading back binding %s: %v", b.Name, err)
+		}
+		storedBindings = append(storedBindings, sb)
+	}
+	return stored, storedBindings
+}
+
+// confineToGroup adds the requirement of the file's label to m's objectSelector.
+func confineToGroup(m *admissionregistrationv1.MatchResources, group string) {
+	if m.ObjectSelector == nil {
+		m.ObjectSelector = &metav1.LabelSelector{}
+	}
+	m.ObjectSelector.MatchExpressions = append(m.ObjectSelector.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: vapGroupLabel, Operator: metav1.LabelSelectorOpIn, Values: []string{group},
+	})
+}
+
+// vapProbeTimeout bounds the wait for a policy to take effect. A new policy or binding takes effect
+// when the apiserver next refreshes its policies (every second) and params are usable once their
+// informer has synced; but a paramKind served by a CRD created moments before resolves only after
+// the apiserver next resets its admission RESTMapper, which it does every 30 seconds
+// (k8s.io/apiserver pkg/server/options/admission.go).
+const vapProbeTimeout = 60 * time.Second
+
+// waitForProbe asks the apiserver about c until its denial contains c.probe; until the policy is in
+// effect, requests are admitted or denied otherwise.
+func waitForProbe(t *testing.T, cl *vapClients, resolver vap.ResourceResolver, c *vapCase) {
+	t.Helper()
+	ctx := t.Context()
+	start := time.Now()
+	for {
+		ans, err := askAPIServer(ctx, cl.dyn, resolver, c)
+		if err != nil {
+			t.Fatalf("probe %s: %v", c.name, err)
+		}
+		if ans.denial != nil && strings.Contains(ans.denial.ErrStatus.Message, c.probe) {
+			t.Logf("probe %s denied after %s", c.name, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if time.Since(start) > vapProbeTimeout {
+			t.Fatalf("the policy is not in effect after %s: probe %s was last answered: the apiserver %s; want a denial containing %q",
+				vapProbeTimeout, c.name, ans, c.probe)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// vapScenario is one object of a file, compared under the file's policy.
+type vapScenario struct {
+	c        *vapCase
+	policy   *admissionregistrationv1.ValidatingAdmissionPolicy
+	actions  map[string][]admissionregistrationv1.ValidationAction
+	compiled *vap.Policy
+	resolver vap.ResourceResolver
+	dyn      dynamic.Interface
+	exact    bool
+	// uncompared counts denials whose message was not compared (see vapPredicted.anyMessage).
+	uncompared int
+}
+
+// compare asks the apiserver and the audit about the scenario's object, reports every disagreement
+// and returns whether the apiserver denied the request.
+func (s *vapScenario) compare(t *testing.T) bool {
+	ctx := t.Context()
+	c := s.c
+
+	ans, err := askAPIServer(ctx, s.dyn, s.resolver, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("the apiserver %s", ans)
+
+	auditGVR, err := s.auditResource()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := vapResource(s.dyn, auditGVR, c.obj.GetNamespace()).Get(ctx, c.obj.GetName(), metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("reading the stored object at %v: %v", auditGVR, err)
+	}
+	results := s.compiled.Evaluate(ctx, auditGVR, stored)
+	t.Logf("the audit at %v:\n%s", auditGVR, dumpVAPResults(results))
+	if len(results) > 0 && !slices.Contains(s.compiled.Resources(), auditGVR) {
+		t.Errorf("the audit has results at %v, which is not among its resources %v", auditGVR, s.compiled.Resources())
+	}
+
+	want := predictAPIServer(s.policy.Name, results, s.actions)
+	s.checkDenial(t, ans, want)
+	s.checkWarnings(t, ans, want)
+	s.checkFallbackMessages(t, results)
+	s.checkExpectation(t, ans, results)
+	checkOperation(t, c, results)
+	if stored.GetKind() == "Secret" {
+		checkNoSecretLeak(t, stored, ans, results)
+	}
+	return ans.denial != nil
+}
+
+// auditResource is the resource the audit reads the object at: the version the policy names, as the
+// product reads it, when the policy matches equivalent resources (the apiserver converts the request
+// to that version); under matchPolicy Exact, the version of the request, which the policy matches
+// only if it names it.
+func (s *vapScenario) auditResource() (schema.GroupVersionResource, error) {
+	r, err := s.resolver.ResourceForKind(s.c.obj.GroupVersionKind())
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("resolving the object's kind: %w", err)
+	}
+	if s.exact {
+		return r.Resource, nil
+	}
+	equivalent := s.resolver.EquivalentResourcesFor(r.Resource, "")
+	for _, gvr := range s.compiled.Resources() {
+		if slices.Contains(equivalent, gvr) {
+			return gvr, nil
+		}
+	}
+	return r.Resource, nil
+}
+
+// checkDenial checks that the apiserver denied exactly when the audit predicts a denial, with one of
+// the predicted texts and its status reason.
+func (s *vapScenario) checkDenial(t *testing.T, ans vapAnswer, want vapPrediction) {
+	if ans.denial == nil {
+		if len(want.denials) > 0 {
+			t.Errorf("verdicts differ: the apiserver admits, the audit predicts the denial\n  %s", strings.Join(want.denialTexts(), "\n  "))
+		}
+		return
+	}
+	text := ans.denial.ErrStatus.Message
+	if len(want.denials) == 0 {
+		t.Errorf("verdicts differ: the apiserver denies, the audit predicts no denial\n  apiserver: %s", text)
+		return
+	}
+	prefix := fmt.Sprintf("%s %q is forbidden: ", ans.resource.GroupResource(), s.c.obj.GetName())
+	message, ok := strings.CutPrefix(text, prefix)
+	if !ok {
+		t.Errorf("the apiserver's denial does not start with %q: %s", prefix, text)
+		return
+	}
+	// The apiserver prints only its first denial, in an order of bindings and params of its own.
+	d, ok := want.match(want.denials, message)
+	if !ok {
+		_, theirs, _ := strings.Cut(message, "denied request: ")
+		var ours []string
+		for _, d := range want.denials {
+			ours = append(ours, d.message)
+		}
+		t.Errorf("messages differ\n  apiserver: %q\n  audit:     %q\n  apiserver's denial: %s\n  audit's denials:\n    %s",
+			theirs, ours, message, strings.Join(want.denialTexts(), "\n    "))
+		return
+	}
+	if d.anyMessage && message != d.text {
+		t.Logf("message not compared: %s\n  apiserver: %s\n  audit:     %s", d.why, message, d.text)
+		s.uncompared++
+	}
+	if got := string(ans.denial.ErrStatus.Reason); got != d.reason {
+		t.Errorf("the apiserver denies with reason %s, the audit's result has reason %s", got, d.reason)
+	}
+}
+
+// checkWarnings checks that the apiserver warned with exactly the warnings the audit predicts.
+func (s *vapScenario) checkWarnings(t *testing.T, ans vapAnswer, want vapPrediction) {
+	prefix := fmt.Sprintf("Validation failed for ValidatingAdmissionPolicy '%s' ", s.policy.Name)
+	var got []string
+	for _, w := range ans.warnings {
+		if strings.HasPrefix(w, prefix) {
+			got = append(got, w)
+		}
+	}
+	got = sortedUnique(got)
+	var wanted []string
+	for _, w := range want.warnings {
+		wanted = append(wanted, w.text)
+	}
+	wanted = sortedUnique(wanted)
+	matched := true
+	for _, g := range got {
+		if _, ok := want.match(want.warnings, g); !ok {
+			matched = false
+		}
+	}
+	for _, w := range want.warnings {
+		if !slices.ContainsFunc(got, w.matches) {
+			matched = false
+		}
+	}
+	if !matched {
+		t.Errorf("warnings differ\n  apiserver:\n    %s\n  audit:\n    %s", strings.Join(got, "\n    "), strings.Join(wanted, "\n    "))
+	}
+}
+
+// checkFallbackMessages checks the results whose messageExpression the audit did not evaluate (it says
+// why in the messageExpression property): their message must be the one the apiserver falls back to,
+// the validation's message, else "failed expression: " and the expression.
+func (s *vapScenario) checkFallbackMessages(t *testing.T, results []audit.Result) {
+	for _, r := range results {
+		if _, declared := r.Properties[vap.PropMessageExpression]; !declared || r.Verdict != audit.Fail && r.Verdict != audit.Warn {
+			continue
+		}
+		var i int
+		if _, err := fmt.Sscanf(r.Rule, "validations[%d]", &i); err != nil || i < 0 || i >= len(s.policy.Spec.Validations) {
+			t.Errorf("result %q names no validation of the policy: rule %q", r.Message, r.Rule)
+			continue
+		}
+		v := s.policy.Spec.Validations[i]
+		want := strings.TrimSpace(v.Message)
+		if want == "" {
+			want = "failed expression: " + strings.TrimSpace(v.Expression)
+		}
+		if r.Message != want {
+			t.Errorf("result of %s without its messageExpression has message %q, the apiserver's fallback is %q", r.Rule, r.Message, want)
+		}
+	}
+}
+
+// checkExpectation checks the fixture's expectation, so that a fixture that no longer tests what it
+// says is caught.
+func (s *vapScenario) checkExpectation(t *testing.T, ans vapAnswer, results []audit.Result) {
+	c := s.c
+	n := map[audit.Verdict]int{}
+	var verdicts []string
+	for _, r := range results {
+		n[r.Verdict]++
+		verdicts = append(verdicts, string(r.Verdict))
+	}
+	denied := ans.denial != nil
+	ok := true
+	switch c.expect {
+	case "deny":
+		ok = denied && n[audit.Fail] > 0
+	case "admit":
+		ok = !denied && n[audit.Fail]+n[audit.Warn]+n[audit.Error] == 0
+	case "warn":
+		ok = !denied && n[audit.Warn] > 0 && n[audit.Fail]+n[audit.Error] == 0
+	case "error":
+		ok = n[audit.Error] > 0
+	}
+	if !ok {
+		t.Errorf("the fixture expects %s; the apiserver %s; the audit's verdicts are %v", c.expect, ans, verdicts)
+	}
+	if c.verdicts != "" {
+		sort.Strings(verdicts)
+		got := strings.Join(verdicts, ",")
+		if got == "" {
+			got = "none"
+		}
+		if got != c.verdicts {
+			t.Errorf("the audit's verdicts are %s, the fixture expects %s", got, c.verdicts)
+		}
+	}
+}
+
+// checkOperation checks that the audit judged the object as the request the apiserver was asked about.
+func checkOperation(t *testing.T, c *vapCase, results []audit.Result) {
+	want := strings.ToUpper(c.request)
+	for _, r := range results {
+		if op, ok := r.Properties[audit.PropOperation]; ok && op != want {
+			t.Errorf("result %s %q was evaluated as %s, the apiserver was asked about %s", r.Verdict, r.Message, op, want)
+		}
+	}
+}
+
+// checkNoSecretLeak checks that no result of the audit shows a value of the secret's data, encoded or
+// decoded, unless the apiserver's own answer shows it too.
+func checkNoSecretLeak(t *testing.T, secret *unstructured.Unstructured, ans vapAnswer, results []audit.Result) {
+	data, _, _ := unstructured.NestedStringMap(secret.Object, "data")
+	var values []string
+	for _, v := range data {
+		values = append(values, v)
+		if decoded, err := base64.StdEncoding.DecodeString(v); err == nil {
+			values = append(values, string(decoded))
+		}
+	}
+	theirs := strings.Join(ans.warnings, "\n")
+	if ans.denial != nil {
+		theirs += "\n" + ans.denial.ErrStatus.Message
+	}
+	for _, r := range results {
+		texts := []string{r.Message}
+		for k, v := range r.Properties {
+			if !strings.HasPrefix(k, vap.PropAuditAnnotationPrefix) {
+				texts = append(texts, v)
+			}
+		}
+		for _, text := range texts {
+			for _, v := range values {
+				if len(v) >= 3 && strings.Contains(text, v) && !strings.Contains(theirs, v) {
+					t.Errorf("result %s %q shows secret data %q that the apiserver does not show", r.Verdict, r.Message, v)
+				}
+			}
+		}
+	}
+}
+
+// vapPrediction is what the apiserver's dispatcher makes of the audit's results.
+type vapPrediction struct {
+	denials  []vapPredicted
+	warnings []vapPredicted
+}
+
+// vapPredicted is one denial or warning text the dispatcher would build from a result.
+type vapPredicted struct {
+	text    string
+	message string
+	// reason is the status reason of a denial.
+	reason string
+	// anyMessage says that the audit did not evaluate the validation's messageExpression (why says
+	// why) and reports the apiserver's fallback message instead: the apiserver's text then only has
+	// to come from the same policy and binding, i.e. start with prefix.
+	anyMessage bool
+	prefix     string
+	why        string
+}
+
+func (p vapPredicted) matches(text string) bool {
+	if p.anyMessage {
+		return strings.HasPrefix(text, p.prefix)
+	}
+	return text == p.text
+}
+
+// match returns the prediction text matches, preferring an exact match.
+func (vapPrediction) match(predicted []vapPredicted, text string) (vapPredicted, bool) {
+	for _, p := range predicted {
+		if p.text == text {
+			return p, true
+		}
+	}
+	for _, p := range predicted {
+		if p.matches(text) {
+			return p, true
+		}
+	}
+	return vapPredicted{}, false
+}
+
+func (p vapPrediction) denialTexts() []string {
+	out := make([]string, 0, len(p.denials))
+	for _, d := range p.denials {
+		out = append(out, d.text)
+	}
+	return sortedUnique(out)
+}
+
+// predictAPIServer applies the dispatcher's rules to the audit's results: a failed validation is
+// denied by a Deny binding (with the validation's reason) and warned about by a Warn binding; an
+// evaluation error under failurePolicy Fail is a failed decision handled the same way, with reason
+// Invalid; a configuration error or an auditAnnotation error under Fail is denied whatever the
+// binding's actions; anything under failurePolicy Ignore is admitted silently, and Audit leaves no
+// trace on the response.
+func predictAPIServer(policy string, results []audit.Result, actions map[string][]admissionregistrationv1.ValidationAction) vapPrediction {
+	var p vapPrediction
+	invalid := string(metav1.StatusReasonInvalid)
+	predict := func(format string, r audit.Result, reason string, args ...any) vapPredicted {
+		text := fmt.Sprintf(format, append(args, r.Message)...)
+		prefix := fmt.Sprintf(format, append(args, "")...)
+		why, anyMessage := r.Properties[vap.PropMessageExpression]
+		return vapPredicted{text: text, message: r.Message, reason: reason, anyMessage: anyMessage, prefix: prefix, why: why}
+	}
+	for _, r := range results {
+		binding := r.Properties[audit.PropBinding]
+		deny := slices.Contains(actions[binding], admissionregistrationv1.Deny)
+		warn := slices.Contains(actions[binding], admissionregistrationv1.Warn)
+		switch r.Verdict {
+		case audit.Fail:
+			reason := r.Properties[audit.PropReason]
+			if reason == "" {
+				reason = invalid
+			}
+			p.denials = append(p.denials, predict(vapDenialWithBinding, r, reason, policy, binding))
+		case audit.Warn:
+			if warn {
+				p.warnings = append(p.warnings, predict(vapWarning, r, "", policy, binding))
+			}
+		case audit.Error:
+			if r.Properties[audit.PropFailurePolicy] != string(admissionregistrationv1.Fail) {
+				continue
+			}
+			switch {
+			case binding == "":
+				p.denials = append(p.denials, predict(vapDenialOfPolicy, r, invalid, policy))
+			case strings.HasPrefix(r.Message, vapConfigBinding) || strings.HasPrefix(r.Rule, "auditAnnotations[") || deny:
+				p.denials = append(p.denials, predict(vapDenialWithBinding, r, invalid, policy, binding))
+			case warn:
+				p.warnings = append(p.warnings, predict(vapWarning, r, "", policy, binding))
+			}
+		}
+	}
+	return p
+}
+
+// vapAnswer is the apiserver's answer to a request.
+type vapAnswer struct {
+	resource schema.GroupVersionResource
+	// denial is the policy's denial; nil when the request was admitted.
+	denial   *apierrors.StatusError
+	warnings []string
+}
+
+func (a vapAnswer) String() string {
+	s := "admits"
+	if a.denial != nil {
+		s = fmt.Sprintf("denies (%s): %s", a.denial.ErrStatus.Reason, a.denial.ErrStatus.Message)
+	}
+	if len(a.warnings) > 0 {
+		s += fmt.Sprintf(" with warnings %q", a.warnings)
+	}
+	return s
+}
+
+// askAPIServer sends the scenario's request as a server-side dry run. A create of an object that is
+// already stored is admitted when it reaches the storage layer, after admission, which then answers
+// AlreadyExists; an update sends the stored object back unchanged.
+func askAPIServer(ctx context.Context, dyn dynamic.Interface, resolver vap.ResourceResolver, c *vapCase) (vapAnswer, error) {
+	r, err := resolver.ResourceForKind(c.obj.GroupVersionKind())
+	if err != nil {
+		return vapAnswer{}, fmt.Errorf("resolving the object's kind: %w", err)
+	}
+	ans := vapAnswer{resource: r.Resource}
+	res := vapResource(dyn, r.Resource, c.obj.GetNamespace())
+	collector := &vapWarnings{}
+	ctx = context.WithValue(ctx, vapWarningsKey{}, collector)
+	dryRun := []string{metav1.DryRunAll}
+	switch c.request {
+	case "update":
+		var stored *unstructured.Unstructured
+		if stored, err = res.Get(ctx, c.obj.GetName(), metav1.GetOptions{}); err != nil {
+			return vapAnswer{}, fmt.Errorf("reading the stored object to update: %w", err)
+		}
+		_, err = res.Update(ctx, stored, metav1.UpdateOptions{DryRun: dryRun})
+	default:
+		_, err = res.Create(ctx, c.obj.DeepCopy(), metav1.CreateOptions{DryRun: dryRun})
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+	}
+	ans.warnings = collector.get()
+	if err == nil {
+		return ans, nil
+	}
+	var status *apierrors.StatusError
+	if errors.As(err, &status) && strings.Contains(status.ErrStatus.Message, "ValidatingAdmissionPolicy '") {
+		ans.denial = status
+		return ans, nil
+	}
+	return vapAnswer{}, fmt.Errorf("the apiserver answered neither with an admission nor with a policy's denial: %w", err)
+}
+
+// vapWarningsKey is the context key of the vapWarnings collecting a request's warnings.
+type vapWarningsKey struct{}
+
+// vapWarningRouter hands each warning to the collector in the request's context, so that one client
+// serves requests of files running in parallel.
+type vapWarningRouter struct{}
+
+func (vapWarningRouter) HandleWarningHeaderWithContext(ctx context.Context, _ int, _ string, text string) {
+	if w, ok := ctx.Value(vapWarningsKey{}).(*vapWarnings); ok {
+		w.add(text)
+	}
+}
+
+type vapWarnings struct {
+	mu    sync.Mutex
+	texts []string
+}
+
+func (w *vapWarnings) add(text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.texts = append(w.texts, text)
+}
+
+func (w *vapWarnings) get() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.texts)
+}
+
+// vapNamespaces reads namespaces from the apiserver, as the apiserver's own namespace matcher does
+// (its lister falls back to a live read). Errors are returned unwrapped: the matcher needs the
+// NotFound status.
+type vapNamespaces struct {
+	ctx context.Context
+	c   client.Client
+}
+
+var _ vap.NamespaceGetter = vapNamespaces{}
+
+func (n vapNamespaces) Get(name string) (*corev1.Namespace, error) {
+	ns := &corev1.Namespace{}
+	if err := n.c.Get(n.ctx, client.ObjectKey{Name: name}, ns); err != nil {
+		return nil, err
+	}
+	return ns, nil
+}
+
+// vapParams reads params from the apiserver. Errors are returned unwrapped, as a lister returns them.
+type vapParams struct {
+	ctx      context.Context
+	dyn      dynamic.Interface
+	resolver vap.ResourceResolver
+}
+
+var _ vap.ParamSource = vapParams{}
+
+func (p vapParams) resource(gvk schema.GroupVersionKind, namespace string) (dynamic.ResourceInterface, error) {
+	r, err := p.resolver.ResourceForKind(gvk)
+	if err != nil {
+		return nil, err
+	}
+	if !r.Namespaced {
+		namespace = ""
+	}
+	return vapResource(p.dyn, r.Resource, namespace), nil
+}
+
+func (p vapParams) Get(gvk schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
+	res, err := p.resource(gvk, namespace)
+	if err != nil {
+		return nil, err
+	}
+	return res.Get(p.ctx, name, metav1.GetOptions{})
+}
+
+func (p vapParams) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
+	res, err := p.resource(gvk, namespace)
+	if err != nil {
+		return nil, err
+	}
+	list, err := res.List(p.ctx, metav1.ListOptions{LabelSelector: selector.String()})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]runtime.Object, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out, nil
+}
+
+// vapResolver builds the audit's resource resolver from the apiserver's discovery, each group's
+// preferred version first, as the operator builds it. It waits until discovery serves every kind in
+// want (new CRDs appear in discovery a moment after they are established).
+func vapResolver(ctx context.Context, dc discovery.DiscoveryInterface, want []schema.GroupVersionKind) (*vap.StaticResolver, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resolver, err := func() (*vap.StaticResolver, error) {
+			groups, lists, err := discovery.ServerGroupsAndResources(dc)
+			if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
+				return nil, fmt.Errorf("reading discovery: %w", err)
+			}
+			r, err := vap.NewStaticResolver(vapPreferredFirst(groups, lists))
+			if err != nil {
+				return nil, fmt.Errorf("building the resolver: %w", err)
+			}
+			for _, gvk := range want {
+				if _, err := r.ResourceForKind(gvk); err != nil {
+					return nil, fmt.Errorf("discovery does not serve %v yet: %w", gvk, err)
+				}
+			}
+			return r, nil
+		}()
+		if err == nil {
+			return resolver, nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return nil, err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// vapPreferredFirst orders discovery's resource lists group by group, each group's preferred version
+// first, as the operator does (controllers/discovery.go).
+func vapPreferredFirst(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) []*metav1.APIResourceList {
+	byGV := map[string]*metav1.APIResourceList{}
+	for _, l := range lists {
+		byGV[l.GroupVersion] = l
+	}
+	var out []*metav1.APIResourceList
+	used := map[string]bool{}
+	add := func(gv string) {
+		if l := byGV[gv]; l != nil && !used[gv] {
+			used[gv] = true
+			out = append(out, l)
+		}
+	}
+	for _, g := range groups {
+		add(g.PreferredVersion.GroupVersion)
+		for _, v := range g.Versions {
+			add(v.GroupVersion)
+		}
+	}
+	for _, l := range lists {
+		add(l.GroupVersion)
+	}
+	return out
+}
+
+// vapCreate stores obj. A custom resource is served a moment after its CRD is established: until
+// then the resource is not found, and the request is retried.
+func vapCreate(ctx context.Context, dyn dynamic.Interface, resolver vap.ResourceResolver, obj *unstructured.Unstructured) error {
+	r, err := resolver.ResourceForKind(obj.GroupVersionKind())
+	if err != nil {
+		return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	res := vapResource(dyn, r.Resource, obj.GetNamespace())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, err := res.Create(ctx, obj.DeepCopy(), metav1.CreateOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) || time.Now().After(deadline) {
+			return fmt.Errorf("creating %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func vapResource(dyn dynamic.Interface, gvr schema.GroupVersionResource, namespace string) dynamic.ResourceInterface {
+	if namespace == "" {
+		return dyn.Resource(gvr)
+	}
+	return dyn.Resource(gvr).Namespace(namespace)
+}
+
+func dumpVAPResults(results []audit.Result) string {
+	if len(results) == 0 {
+		return "  (no results)"
+	}
+	var b strings.Builder
+	for _, r := range results {
+		fmt.Fprintf(&b, "  %s %s binding=%q param=%q operation=%s failurePolicy=%s: %q\n", r.Verdict, r.Rule,
+			r.Properties[audit.PropBinding], r.Properties[audit.PropParam], r.Properties[audit.PropOperation],
+			r.Properties[audit.PropFailurePolicy], r.Message)
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+func sortedUnique(s []string) []string {
+	out := slices.Clone(s)
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+// vapSubtestsFiltered reports whether -run or -skip selects only some subtests, in which case the
+// totals are partial.
+func vapSubtestsFiltered() bool {
+	for _, name := range []string{"test.run", "test.skip"} {
+		if f := flag.Lookup(name); f != nil {
+			v := f.Value.String()
+			if name == "test.skip" && v != "" || strings.Contains(v, "/") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// vapCounts is what the comparison covered.
+type vapCounts struct {
+	scenarios, denied, admitted int
+	// uncompared counts denials whose message the audit declares it did not evaluate.
+	uncompared int
+}
+
+func (c vapCounts) String() string {
+	return fmt.Sprintf("%d scenarios (%d denied, %d admitted; %d denial messages not compared, the audit not evaluating their messageExpression)",
+		c.scenarios, c.denied, c.admitted, c.uncompared)
+}
+
+// vapTally accumulates counts from files running in parallel.
+type vapTally struct {
+	mu sync.Mutex
+	c  vapCounts
+}
+
+func (tl *vapTally) add(f func(*vapCounts)) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	f(&tl.c)
+}
+
+func (tl *vapTally) get() vapCounts {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	return tl.c
+}
+
+// vapGroup is one file of testdata/vap.
+type vapGroup struct {
+	name     string
+	crds     []*apiextensionsv1.CustomResourceDefinition
+	setup    []*unstructured.Unstructured // namespaces first, then the other objects in file order
+	policy   *admissionregistrationv1.ValidatingAdmissionPolicy
+	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+	cases    []*vapCase
+}
+
+// kinds lists the kinds the group creates, which discovery must serve before they are created.
+func (g *vapGroup) kinds() []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
+	for _, o := range g.setup {
+		out = append(out, o.GroupVersionKind())
+	}
+	for _, c := range g.cases {
+		out = append(out, c.obj.GroupVersionKind())
+	}
+	return out
+}
+
+// vapCase is one object to compare.
+type vapCase struct {
+	name     string
+	expect   string
+	verdicts string
+	request  string
+	probe    string
+	obj      *unstructured.Unstructured
+}
+
+// loadVAPGroups reads every fixture file of dir, checking that each is well formed.
+func loadVAPGroups(dir string) ([]*vapGroup, error) {
+	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(paths) == 0 {
+		return nil, fmt.Errorf("no fixtures in %s: %v", dir, err)
+	}
+	var out []*vapGroup
+	names := map[string]string{}
+	for _, p := range paths {
+		g, err := loadVAPGroup(p)
+		if err != nil {
+			return nil, fmt.Errorf("fixture %s: %w", p, err)
+		}
+		// Files run in parallel against one cluster: what they create must not collide.
+		for _, key := range g.clusterNames() {
+			if other, dup := names[key]; dup {
+				return nil, fmt.Errorf("fixture %s: %s is also created by %s", p, key, other)
+			}
+			names[key] = p
+		}
+		out = append(out, g)
+	}
+	return out, nil
+}
+
+// clusterNames identifies what the group creates, to detect collisions between files.
+func (g *vapGroup) clusterNames() []string {
+	out := []string{"ValidatingAdmissionPolicy " + g.policy.Name}
+	for _, b := range g.bindings {
+		out = append(out, "ValidatingAdmissionPolicyBinding "+b.Name)
+	}
+	for _, c := range g.crds {
+		out = append(out, "CustomResourceDefinition "+c.Name)
+	}
+	objs := slices.Clone(g.setup)
+	for _, c := range g.cases {
+		objs = append(objs, c.obj)
+	}
+	for _, o := range objs {
+		out = append(out, fmt.Sprintf("%s %s/%s", o.GroupVersionKind().GroupKind(), o.GetNamespace(), o.GetName()))
+	}
+	return out
+}
+
+func loadVAPGroup(path string) (*vapGroup, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("reading: %w", err)
+	}
+	docs, err := splitVAPYAML(data)
+	if err != nil {
+		return nil, err
+	}
+	g := &vapGroup{name: strings.TrimSuffix(filepath.Base(path), ".yaml")}
+	var namespaces, others []*unstructured.Unstructured
+	seen := map[string]bool{}
+	for i, doc := range docs {
+		obj, err := decodeVAPObject(doc)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i+1, err)
+		}
+		switch gvk := obj.GroupVersionKind(); {
+		case gvk == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"):
+			if g.policy != nil {
+				return nil, fmt.Errorf("document %d: a second policy; each file has one", i+1)
+			}
+			g.policy = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			if err := yaml.UnmarshalStrict(doc, g.policy); err != nil {
+				return nil, fmt.Errorf("document %d: decoding the policy: %w", i+1, err)
+			}
+		case gvk == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"):
+			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			if err := yaml.UnmarshalStrict(doc, b); err != nil {
+				return nil, fmt.Errorf("document %d: decoding the binding: %w", i+1, err)
+			}
+			g.bindings = append(g.bindings, b)
+		case gvk == apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"):
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := yaml.UnmarshalStrict(doc, crd); err != nil {
+				return nil, fmt.Errorf("document %d: decoding the CRD: %w", i+1, err)
+			}
+			g.crds = append(g.crds, crd)
+		case obj.GetAnnotations()[vapAnnotationExpect] != "":
+			c, err := newVAPCase(obj, g.name)
+			if err != nil {
+				return nil, fmt.Errorf("document %d (%s): %w", i+1, obj.GetName(), err)
+			}
+			if seen[c.name] {
+				return nil, fmt.Errorf("document %d: case %s repeats a name; name it with %s", i+1, c.name, vapAnnotationCase)
+			}
+			seen[c.name] = true
+			g.cases = append(g.cases, c)
+		case gvk == corev1.SchemeGroupVersion.WithKind("Namespace"):
+			namespaces = append(namespaces, obj)
+		default:
+			others = append(others, obj)
+		}
+	}
+	g.setup = append(namespaces, others...)
+
+	switch {
+	case g.policy == nil:
+		return nil, errors.New("no ValidatingAdmissionPolicy")
+	case len(g.bindings) == 0:
+		return nil, errors.New("no ValidatingAdmissionPolicyBinding: the apiserver enforces only bound policies")
+	case len(g.cases) == 0:
+		return nil, fmt.Errorf("no object annotated %s", vapAnnotationExpect)
+	}
+	for _, b := range g.bindings {
+		if b.Spec.PolicyName != g.policy.Name {
+			return nil, fmt.Errorf("binding %s binds %q, not the file's policy %q", b.Name, b.Spec.PolicyName, g.policy.Name)
+		}
+	}
+	probes := 0
+	for _, c := range g.cases {
+		if c.probe != "" {
+			probes++
+		}
+	}
+	if probes == 0 {
+		return nil, fmt.Errorf("no object annotated %s: nothing shows when the policy is in effect", vapAnnotationProbe)
+	}
+	return g, nil
+}
+
+// newVAPCase reads a compared object and its annotations, and labels it for the file's policy.
+func newVAPCase(obj *unstructured.Unstructured, group string) (*vapCase, error) {
+	a := obj.GetAnnotations()
+	c := &vapCase{
+		expect:   a[vapAnnotationExpect],
+		verdicts: a[vapAnnotationVerdicts],
+		request:  a[vapAnnotationRequest],
+		probe:    a[vapAnnotationProbe],
+		obj:      obj,
+	}
+	switch c.expect {
+	case "deny", "admit", "warn", "error":
+	default:
+		return nil, fmt.Errorf("%s %q is none of deny, admit, warn, error", vapAnnotationExpect, c.expect)
+	}
+	switch c.request {
+	case "":
+		c.request = "create"
+	case "create", "update":
+	default:
+		return nil, fmt.Errorf("%s %q is neither create nor update", vapAnnotationRequest, c.request)
+	}
+	if c.probe != "" && c.expect != "deny" && c.expect != "error" {
+		return nil, fmt.Errorf("a probe must be denied, but the fixture expects %s", c.expect)
+	}
+	if c.verdicts != "" && c.verdicts != "none" {
+		v := strings.Split(c.verdicts, ",")
+		if !slices.IsSorted(v) {
+			return nil, fmt.Errorf("%s %q is not sorted", vapAnnotationVerdicts, c.verdicts)
+		}
+	}
+	c.name = a[vapAnnotationCase]
+	if c.name == "" {
+		c.name = obj.GetKind() + "/" + obj.GetName()
+		if ns := obj.GetNamespace(); ns != "" {
+			c.name = obj.GetKind() + "/" + ns + "/" + obj.GetName()
+		}
+	}
+	l := obj.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[vapGroupLabel] = group
+	obj.SetLabels(l)
+	return c, nil
+}
+
+// splitVAPYAML returns the non-empty documents of a multi-document YAML stream.
+func splitVAPYAML(data []byte) ([][]byte, error) {
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	var out [][]byte
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("splitting YAML documents: %w", err)
+		}
+		j, err := yaml.YAMLToJSON(doc)
+		if err != nil {
+			return nil, fmt.Errorf("converting YAML to JSON: %w", err)
+		}
+		if s := string(bytes.TrimSpace(j)); s != "null" && s != "{}" {
+			out = append(out, doc)
+		}
+	}
+}
+
+// decodeVAPObject decodes one YAML document as the apiserver decodes a request body: through JSON
+// with the unstructured decoder, so that integers stay int64.
+func decodeVAPObject(doc []byte) (*unstructured.Unstructured, error) {
+	j, err := yaml.YAMLToJSON(doc)
+	if err != nil {
+		return nil, fmt.Errorf("converting YAML to JSON: %w", err)
+	}
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(j); err != nil {
+		return nil, fmt.Errorf("decoding: %w", err)
+	}
+	return obj, nil
+}
