@@ -7,7 +7,6 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -49,7 +48,7 @@ func (d *Discovery) Refresh(context.Context) error {
 	if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
 		return fmt.Errorf("reading discovery: %w", err)
 	}
-	resolver, rerr := vap.NewStaticResolver(preferredFirst(groups, lists))
+	resolver, rerr := vap.NewResolverFromDiscovery(groups, lists)
 	if rerr != nil {
 		return fmt.Errorf("building resource resolver: %w", rerr)
 	}
@@ -68,33 +67,6 @@ func (d *Discovery) Refresh(context.Context) error {
 		}
 	}
 	return nil
-}
-
-// preferredFirst orders the resource lists group by group, each group's preferred version first, which is
-// the order of preference vap.NewStaticResolver expects.
-func preferredFirst(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) []*metav1.APIResourceList {
-	byGV := map[string]*metav1.APIResourceList{}
-	for _, l := range lists {
-		byGV[l.GroupVersion] = l
-	}
-	out := make([]*metav1.APIResourceList, 0, len(lists))
-	used := map[string]bool{}
-	add := func(gv string) {
-		if l := byGV[gv]; l != nil && !used[gv] {
-			used[gv] = true
-			out = append(out, l)
-		}
-	}
-	for _, g := range groups {
-		add(g.PreferredVersion.GroupVersion)
-		for _, v := range g.Versions {
-			add(v.GroupVersion)
-		}
-	}
-	for _, l := range lists {
-		add(l.GroupVersion)
-	}
-	return out
 }
 
 func (d *Discovery) resolver() *vap.StaticResolver {

@@ -120,3 +120,31 @@ func (r *StaticResolver) EquivalentResourcesFor(resource schema.GroupVersionReso
 func (r *StaticResolver) KindFor(resource schema.GroupVersionResource, subresource string) schema.GroupVersionKind {
 	return r.registry.KindFor(resource, subresource)
 }
+
+// NewResolverFromDiscovery builds a resolver from discovery's groups and resource lists (client-go
+// discovery.ServerGroupsAndResources), ordering each group's preferred version first, which is the order of
+// preference NewStaticResolver expects.
+func NewResolverFromDiscovery(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) (*StaticResolver, error) {
+	byGV := map[string]*metav1.APIResourceList{}
+	for _, l := range lists {
+		byGV[l.GroupVersion] = l
+	}
+	ordered := make([]*metav1.APIResourceList, 0, len(lists))
+	used := map[string]bool{}
+	add := func(gv string) {
+		if l := byGV[gv]; l != nil && !used[gv] {
+			used[gv] = true
+			ordered = append(ordered, l)
+		}
+	}
+	for _, g := range groups {
+		add(g.PreferredVersion.GroupVersion)
+		for _, v := range g.Versions {
+			add(v.GroupVersion)
+		}
+	}
+	for _, l := range lists {
+		add(l.GroupVersion)
+	}
+	return NewStaticResolver(ordered)
+}

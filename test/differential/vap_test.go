@@ -1,14 +1,11 @@
 package differential
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"encoding/base64"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -27,7 +24,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
@@ -832,7 +828,7 @@ func vapResolver(ctx context.Context, dc discovery.DiscoveryInterface, want []sc
 			if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
 				return nil, fmt.Errorf("reading discovery: %w", err)
 			}
-			r, err := vap.NewStaticResolver(vapPreferredFirst(groups, lists))
+			r, err := vap.NewResolverFromDiscovery(groups, lists)
 			if err != nil {
 				return nil, fmt.Errorf("building the resolver: %w", err)
 			}
@@ -851,33 +847,6 @@ func vapResolver(ctx context.Context, dc discovery.DiscoveryInterface, want []sc
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-// vapPreferredFirst orders discovery's resource lists group by group, each group's preferred version
-// first, as the operator does (controllers/discovery.go).
-func vapPreferredFirst(groups []*metav1.APIGroup, lists []*metav1.APIResourceList) []*metav1.APIResourceList {
-	byGV := map[string]*metav1.APIResourceList{}
-	for _, l := range lists {
-		byGV[l.GroupVersion] = l
-	}
-	var out []*metav1.APIResourceList
-	used := map[string]bool{}
-	add := func(gv string) {
-		if l := byGV[gv]; l != nil && !used[gv] {
-			used[gv] = true
-			out = append(out, l)
-		}
-	}
-	for _, g := range groups {
-		add(g.PreferredVersion.GroupVersion)
-		for _, v := range g.Versions {
-			add(v.GroupVersion)
-		}
-	}
-	for _, l := range lists {
-		add(l.GroupVersion)
-	}
-	return out
 }
 
 // vapCreate stores obj. A custom resource is served a moment after its CRD is established: until
@@ -1052,7 +1021,7 @@ func loadVAPGroup(path string) (*vapGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading: %w", err)
 	}
-	docs, err := splitVAPYAML(data)
+	docs, err := splitYAML(data)
 	if err != nil {
 		return nil, err
 	}
@@ -1060,7 +1029,7 @@ func loadVAPGroup(path string) (*vapGroup, error) {
 	var namespaces, others []*unstructured.Unstructured
 	seen := map[string]bool{}
 	for i, doc := range docs {
-		obj, err := decodeVAPObject(doc)
+		obj, err := decodeObject(doc)
 		if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i+1, err)
 		}
@@ -1173,40 +1142,4 @@ func newVAPCase(obj *unstructured.Unstructured, group string) (*vapCase, error) 
 	l[vapGroupLabel] = group
 	obj.SetLabels(l)
 	return c, nil
-}
-
-// splitVAPYAML returns the non-empty documents of a multi-document YAML stream.
-func splitVAPYAML(data []byte) ([][]byte, error) {
-	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-	var out [][]byte
-	for {
-		doc, err := r.Read()
-		if errors.Is(err, io.EOF) {
-			return out, nil
-		}
-		if err != nil {
-			return nil, fmt.Errorf("splitting YAML documents: %w", err)
-		}
-		j, err := yaml.YAMLToJSON(doc)
-		if err != nil {
-			return nil, fmt.Errorf("converting YAML to JSON: %w", err)
-		}
-		if s := string(bytes.TrimSpace(j)); s != "null" && s != "{}" {
-			out = append(out, doc)
-		}
-	}
-}
-
-// decodeVAPObject decodes one YAML document as the apiserver decodes a request body: through JSON
-// with the unstructured decoder, so that integers stay int64.
-func decodeVAPObject(doc []byte) (*unstructured.Unstructured, error) {
-	j, err := yaml.YAMLToJSON(doc)
-	if err != nil {
-		return nil, fmt.Errorf("converting YAML to JSON: %w", err)
-	}
-	obj := &unstructured.Unstructured{}
-	if err := obj.UnmarshalJSON(j); err != nil {
-		return nil, fmt.Errorf("decoding: %w", err)
-	}
-	return obj, nil
 }
