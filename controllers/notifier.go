@@ -46,9 +46,9 @@ func (n *Notifier) take() []string {
 	return out
 }
 
-// Source returns a controller source that enqueues each changed namespace after delay. The queue keeps one
-// entry per namespace and the earliest due time, so a namespace under churn is written about once per delay.
-func (n *Notifier) Source(delay time.Duration) source.Source {
+// Source returns a controller source that enqueues each changed namespace after delay(namespace). The queue
+// keeps one entry per namespace and the earliest due time, so a namespace is never queued twice.
+func (n *Notifier) Source(delay func(namespace string) time.Duration) source.Source {
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		go func() {
 			for {
@@ -57,7 +57,11 @@ func (n *Notifier) Source(delay time.Duration) source.Source {
 					return
 				case <-n.signal:
 					for _, ns := range n.take() {
-						q.AddAfter(reportRequest(ns), delay)
+						if d := delay(ns); d > 0 {
+							q.AddAfter(reportRequest(ns), d)
+						} else {
+							q.Add(reportRequest(ns))
+						}
 					}
 				}
 			}

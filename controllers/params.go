@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,7 +25,7 @@ const paramReadTimeout = 30 * time.Second
 // kind in use, and tells its subscriber which kind changed so the policies reading it are audited again.
 type Params struct {
 	cache    cache.Cache
-	onChange func(gvk schema.GroupVersionKind)
+	onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)
 
 	mu      sync.Mutex
 	watched map[schema.GroupVersionKind]bool
@@ -32,9 +33,9 @@ type Params struct {
 
 var _ vap.ParamSource = &Params{}
 
-// NewParams returns a param source reading c; onChange is called after a param object of a watched kind is
-// added, changed or deleted.
-func NewParams(c cache.Cache, onChange func(gvk schema.GroupVersionKind)) *Params {
+// NewParams returns a param source reading c; onChange is called after an object of a watched kind is
+// added, changed (with its old and new versions) or deleted.
+func NewParams(c cache.Cache, onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)) *Params {
 	return &Params{cache: c, onChange: onChange, watched: map[schema.GroupVersionKind]bool{}}
 }
 
@@ -52,15 +53,26 @@ func (p *Params) Watch(ctx context.Context, gvk schema.GroupVersionKind) error {
 	if err != nil {
 		return fmt.Errorf("watching param kind %s: %w", gvk, err)
 	}
-	changed := func() { p.onChange(gvk) }
+	changed := func(objs ...any) {
+		metas := make([]metav1.Object, 0, len(objs))
+		for _, o := range objs {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			if m, ok := o.(metav1.Object); ok {
+				metas = append(metas, m)
+			}
+		}
+		p.onChange(gvk, metas...)
+	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
-		AddFunc: func(_ any, initial bool) {
+		AddFunc: func(o any, initial bool) {
 			if !initial {
-				changed()
+				changed(o)
 			}
 		},
-		UpdateFunc: func(_, _ any) { changed() },
-		DeleteFunc: func(any) { changed() },
+		UpdateFunc: func(o, n any) { changed(o, n) },
+		DeleteFunc: func(o any) { changed(o) },
 	}); err != nil {
 		return fmt.Errorf("watching param kind %s: %w", gvk, err)
 	}

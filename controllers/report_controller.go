@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -36,19 +37,29 @@ type ReportReconciler struct {
 	Ready    func() bool
 	Notifier *Notifier
 	Options  report.Options
-	// Coalesce is the delay between a change and the write of its report: writes under churn are batched.
+	// Coalesce is the least time between two writes of a namespace's reports: the first change is written at
+	// once, changes that follow within Coalesce are batched into one write.
 	Coalesce time.Duration
-	Clock    clock.PassiveClock
+	Clock    clock.Clock
 	// Writes, when set, counts the writes by operation.
 	Writes *prometheus.CounterVec
+
+	mu        sync.Mutex
+	lastWrite map[string]time.Time
 }
+
+// readyPoll is how often a report waits to see whether the first audit is done.
+const readyPoll = 100 * time.Millisecond
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
 
 // Reconcile rebuilds the reports of one namespace from the current results and writes the difference.
 func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if !r.Ready() {
-		return ctrl.Result{RequeueAfter: time.Second}, nil
+		return ctrl.Result{RequeueAfter: readyPoll}, nil
+	}
+	if wait := r.delay(req.Namespace); wait > 0 {
+		return ctrl.Result{RequeueAfter: wait}, nil
 	}
 	existing, err := r.existing(ctx, req.Namespace)
 	if err != nil {
@@ -59,6 +70,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if changes.Empty() {
 		return ctrl.Result{}, nil
 	}
+	r.wrote(req.Namespace)
 	if err := r.apply(ctx, changes); err != nil {
 		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
 			// The cache has not seen our last write yet: try again once it has.
@@ -122,6 +134,26 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 	return nil
 }
 
+// delay returns how long a write of namespace's reports must wait to keep writes Coalesce apart.
+func (r *ReportReconciler) delay(namespace string) time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	last, ok := r.lastWrite[namespace]
+	if !ok {
+		return 0
+	}
+	return r.Coalesce - r.Clock.Since(last)
+}
+
+func (r *ReportReconciler) wrote(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lastWrite == nil {
+		r.lastWrite = map[string]time.Time{}
+	}
+	r.lastWrite[namespace] = r.Clock.Now()
+}
+
 func (r *ReportReconciler) count(op string, n int) {
 	if r.Writes != nil && n > 0 {
 		r.Writes.WithLabelValues(op).Add(float64(n))
@@ -148,7 +180,7 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 		Named("policyreport").
 		Watches(&v1alpha2.PolicyReport{}, toNamespace, managed).
 		Watches(&v1alpha2.ClusterPolicyReport{}, toNamespace, managed).
-		WatchesRawSource(r.Notifier.Source(r.Coalesce))
+		WatchesRawSource(r.Notifier.Source(r.delay))
 	for _, o := range opts {
 		b = o(b)
 	}

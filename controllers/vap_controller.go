@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -55,6 +57,7 @@ type vapState struct {
 	compiled   *vap.Compiled
 	bindings   string
 	resolver   *vap.StaticResolver
+	policy     *vap.Policy
 	resources  []schema.GroupVersionResource
 	paramKinds []schema.GroupVersionKind
 	namespaces bool
@@ -120,7 +123,7 @@ func (r *VAPReconciler) reconcile(ctx context.Context, policy *admissionregistra
 		refs[i] = &bindings[i]
 	}
 	p := next.compiled.Bind(refs, vap.Deps{Namespaces: r.Namespaces, Params: r.Params, Resolver: resolver})
-	next.resources, next.paramKinds, next.namespaces = p.Resources(), p.ParamKinds(), p.DependsOnNamespaces()
+	next.policy, next.resources, next.paramKinds, next.namespaces = p, p.Resources(), p.ParamKinds(), p.DependsOnNamespaces()
 	for _, gvk := range next.paramKinds {
 		if _, err := resolver.ResourceForKind(gvk); err != nil {
 			continue // not installed: the policy reports it; discovery will bind it again once it is
@@ -178,15 +181,31 @@ func (r *VAPReconciler) remove(name string) {
 	r.Registry.RemovePolicy(policyKeyVAP(name))
 }
 
-// ParamsChanged rescans the policies that read params of kind gvk.
-func (r *VAPReconciler) ParamsChanged(gvk schema.GroupVersionKind) {
+// ParamsChanged rescans the policies whose bindings read one of objs (the versions of a changed object of
+// kind gvk) as a param: everywhere, or only in the namespaces where it is read. Changes to other objects of
+// the kind, such as ConfigMaps that are not params, cause no work.
+func (r *VAPReconciler) ParamsChanged(gvk schema.GroupVersionKind, objs ...metav1.Object) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for name, st := range r.state {
-		for _, k := range st.paramKinds {
-			if k == gvk {
-				r.Registry.Rescan(policyKeyVAP(name), "")
+		if !slices.Contains(st.paramKinds, gvk) {
+			continue
+		}
+		key := policyKeyVAP(name)
+		namespaces := map[string]bool{}
+		for _, o := range objs {
+			all, nss := st.policy.ParamScope(o)
+			if all {
+				r.Registry.Rescan(key, "")
+				namespaces = nil
+				break
 			}
+			for _, ns := range nss {
+				namespaces[ns] = true
+			}
+		}
+		for ns := range namespaces {
+			r.Registry.Rescan(key, ns)
 		}
 	}
 }

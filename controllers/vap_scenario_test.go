@@ -178,7 +178,8 @@ func TestVAPParamChangeScenario(t *testing.T) {
 		configMap("vp-b", "big", map[string]string{"size": "10"}),
 		configMap("vp-b", "small", map[string]string{"size": "2"}),
 	)
-	_, _ = envtestutil.StartOperator(t, env.Config, envtestutil.TestOptions())
+	counter := &envtestutil.RequestCounter{}
+	_, _ = envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
 	create(t,
 		&admissionregistrationv1.ValidatingAdmissionPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: "vp-size"},
@@ -202,6 +203,17 @@ func TestVAPParamChangeScenario(t *testing.T) {
 		},
 	)
 	expectReport(t, "vp-b", 2)
+
+	// ConfigMaps are the param kind, but a ConfigMap that no binding reads as a param is only an audited
+	// object: changing it re-evaluates that object alone, without re-reading any other.
+	counter.Reset()
+	update(t, configMap("vp-b", "small", nil), func(c *corev1.ConfigMap) { c.Data["size"] = "3" })
+	create(t, configMap("vp-params", "unrelated", map[string]string{"max": "1"}))
+	expectReport(t, "vp-b", 2)
+	time.Sleep(500 * time.Millisecond)
+	if n := counter.Get("list", "configmaps"); n != 0 {
+		t.Fatalf("changing ConfigMaps that are not params caused %d ConfigMap LISTs", n)
+	}
 
 	// Tightening the param object fails the objects that exceed the new limit.
 	update(t, configMap("vp-params", "limits", nil), func(c *corev1.ConfigMap) { c.Data["max"] = "5" })

@@ -7,6 +7,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/labels"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -308,4 +309,52 @@ func operationOptions(op admission.Operation) runtime.Object {
 		return &metav1.DeleteOptions{TypeMeta: metav1.TypeMeta{APIVersion: gv.String(), Kind: "DeleteOptions"}}
 	}
 	return nil
+}
+
+// ParamScope tells whether a change to obj, an object of the policy's paramKind, can change the policy's
+// results: all when a binding reads it for every object (by namespace and name, by a selector in a fixed
+// namespace, or as a cluster-scoped param), namespaces when bindings read it only for objects in its own
+// namespace (a paramRef without namespace on a namespaced kind). Callers check the object before and after a
+// change, since a label change can move it in or out of a selector.
+func (p *Policy) ParamScope(obj metav1.Object) (all bool, namespaces []string) {
+	if p.compiled.paramKind == nil {
+		return false, nil
+	}
+	for _, b := range p.bindings {
+		ref := b.binding.Spec.ParamRef
+		if ref == nil || !paramRefSelects(ref, obj) {
+			continue
+		}
+		switch {
+		case ref.Namespace != "":
+			if ref.Namespace == obj.GetNamespace() {
+				all = true
+			}
+		case obj.GetNamespace() == "":
+			all = true
+		default:
+			if !slices.Contains(namespaces, obj.GetNamespace()) {
+				namespaces = append(namespaces, obj.GetNamespace())
+			}
+		}
+	}
+	if all {
+		return true, nil
+	}
+	return false, namespaces
+}
+
+// paramRefSelects reports whether ref picks obj by name or by selector, ignoring namespaces.
+func paramRefSelects(ref *admissionregistrationv1.ParamRef, obj metav1.Object) bool {
+	if ref.Name != "" {
+		return ref.Name == obj.GetName()
+	}
+	if ref.Selector == nil {
+		return false
+	}
+	sel, err := metav1.LabelSelectorAsSelector(ref.Selector)
+	if err != nil {
+		return true // an invalid selector fails every evaluation; any change may be the fix
+	}
+	return sel.Matches(labels.Set(obj.GetLabels()))
 }
