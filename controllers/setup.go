@@ -51,6 +51,7 @@ type Options struct {
 	MaxReportBytes       int
 	ReportCoalesce       time.Duration
 	ExcludeCRDGroups     string
+	PprofAddr            string
 	SkipControllerChecks bool // tests start several managers in one process
 }
 
@@ -93,6 +94,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many results; 0 splits by size only.")
 	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
 	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Delay that batches result changes into one report write.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
 }
 
@@ -146,11 +148,16 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "celaudit.celaudit.io",
 		LeaderElectionNamespace: o.LeaderElectionNS,
-		Cache: cache.Options{ByObject: map[client.Object]cache.ByObject{
-			// Only our own reports are cached: other tools' reports can be large and are none of our business.
-			&v1alpha2.PolicyReport{}:        {Label: managed},
-			&v1alpha2.ClusterPolicyReport{}: {Label: managed},
-		}},
+		Cache: cache.Options{
+			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
+			// managedFields, often the largest part of a small object.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				// Only our own reports are cached: other tools' reports can be large and are none of our business.
+				&v1alpha2.PolicyReport{}:        {Label: managed},
+				&v1alpha2.ClusterPolicyReport{}: {Label: managed},
+			}},
+		PprofBindAddress: o.PprofAddr,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
