@@ -3,55 +3,203 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"sort"
 	"sync"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	toolscache "k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
-// paramReadTimeout bounds how long an evaluation waits for a param kind's cache to fill the first time.
-const paramReadTimeout = 30 * time.Second
+// paramSyncTimeout bounds how long binding a policy waits for a new param informer to fill.
+const paramSyncTimeout = 30 * time.Second
 
-// Params serves ValidatingAdmissionPolicy param objects from the manager's cache, one informer per param
-// kind in use, and tells its subscriber which kind changed so the policies reading it are audited again.
+// paramQuery is what one binding's paramRef reads: objects of a kind by name or by label selector, in one
+// namespace or in all of them. Each query has its own informer, filtered by the API server, so celaudit
+// holds the param objects bindings read and not every object of the kind (every ConfigMap, say).
+type paramQuery struct {
+	gvk       schema.GroupVersionKind
+	namespace string // "" for all namespaces, or a cluster-scoped kind
+	name      string // field selector metadata.name, or ""
+	selector  string // label selector, or ""
+}
+
+type paramInformer struct {
+	informer toolscache.SharedIndexInformer
+	stop     context.CancelFunc
+	users    map[string]bool // policies reading through this query
+}
+
+// Params serves ValidatingAdmissionPolicy param objects from informers on exactly what bindings reference,
+// and reports changes to them so that the policies reading them are audited again.
 type Params struct {
-	cache    cache.Cache
+	client   dynamic.Interface
+	resolver func() vap.ResourceResolver
 	onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)
 
-	mu      sync.Mutex
-	watched map[schema.GroupVersionKind]bool
+	started   chan struct{} // closed once Start has recorded ctx
+	mu        sync.RWMutex
+	ctx       context.Context
+	informers map[paramQuery]*paramInformer
+	byPolicy  map[string][]paramQuery
 }
 
 var _ vap.ParamSource = &Params{}
 
-// NewParams returns a param source reading c; onChange is called after an object of a watched kind is
-// added, changed (with its old and new versions) or deleted.
-func NewParams(c cache.Cache, onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)) *Params {
-	return &Params{cache: c, onChange: onChange, watched: map[schema.GroupVersionKind]bool{}}
+// NewParams returns a param source reading through client; resolver maps param kinds to resources;
+// onChange is called after a param object is added, changed (with its old and new versions) or deleted.
+func NewParams(client dynamic.Interface, resolver func() vap.ResourceResolver, onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)) *Params {
+	return &Params{
+		client:    client,
+		resolver:  resolver,
+		onChange:  onChange,
+		started:   make(chan struct{}),
+		informers: map[paramQuery]*paramInformer{},
+		byPolicy:  map[string][]paramQuery{},
+	}
 }
 
-// Watch makes sure changes to param objects of gvk are reported. The initial list of a new informer is not
-// reported: the policy is being audited with it anyway.
-func (p *Params) Watch(ctx context.Context, gvk schema.GroupVersionKind) error {
+// Start records the context informers run in and stops them all when it ends.
+func (p *Params) Start(ctx context.Context) error {
+	p.mu.Lock()
+	p.ctx = ctx
+	p.mu.Unlock()
+	close(p.started)
+	<-ctx.Done()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.watched[gvk] {
-		return nil
+	for q, inf := range p.informers {
+		inf.stop()
+		delete(p.informers, q)
 	}
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	inf, err := p.cache.GetInformer(ctx, u, cache.BlockUntilSynced(false))
+	return nil
+}
+
+// Track makes the param objects that policy's bindings read (through paramRefs to objects of gvk) available
+// and watched, and stops watching what no policy reads any more. gvk nil means the policy reads no params.
+// It returns once new informers have synced, so the policy can be evaluated at once.
+func (p *Params) Track(ctx context.Context, policy string, gvk *schema.GroupVersionKind, refs []*admissionregistrationv1.ParamRef) error {
+	select {
+	case <-p.started:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	var want []paramQuery
+	if gvk != nil {
+		res, err := p.resolver().ResourceForKind(*gvk)
+		if err != nil {
+			want = nil // not installed: the policy reports it; discovery binds it again once it is
+		} else {
+			for _, ref := range refs {
+				if q, ok := queryFor(*gvk, res.Namespaced, ref); ok {
+					want = append(want, q)
+				}
+			}
+		}
+	}
+	p.mu.Lock()
+	old := p.byPolicy[policy]
+	p.byPolicy[policy] = want
+	var started []*paramInformer
+	for _, q := range want {
+		inf := p.informers[q]
+		if inf == nil {
+			var err error
+			if inf, err = p.startLocked(q); err != nil {
+				p.mu.Unlock()
+				return err
+			}
+			p.informers[q] = inf
+			started = append(started, inf)
+		}
+		inf.users[policy] = true
+	}
+	for _, q := range old {
+		if inf := p.informers[q]; inf != nil && !containsQuery(want, q) {
+			delete(inf.users, policy)
+			if len(inf.users) == 0 {
+				inf.stop()
+				delete(p.informers, q)
+			}
+		}
+	}
+	if len(want) == 0 {
+		delete(p.byPolicy, policy)
+	}
+	p.mu.Unlock()
+
+	syncCtx, cancel := context.WithTimeout(ctx, paramSyncTimeout)
+	defer cancel()
+	for _, inf := range started {
+		if !toolscache.WaitForCacheSync(syncCtx.Done(), inf.informer.HasSynced) {
+			return fmt.Errorf("param informer for %s did not sync", policy)
+		}
+	}
+	return nil
+}
+
+// queryFor returns the query that serves ref, as the apiserver resolves paramRefs: by name or selector, in
+// ref's namespace, or in the audited object's namespace (any namespace here) when ref names none.
+func queryFor(gvk schema.GroupVersionKind, namespaced bool, ref *admissionregistrationv1.ParamRef) (paramQuery, bool) {
+	if ref == nil {
+		return paramQuery{}, false
+	}
+	q := paramQuery{gvk: gvk}
+	if namespaced {
+		q.namespace = ref.Namespace
+	}
+	switch {
+	case ref.Name != "":
+		q.name = ref.Name
+	case ref.Selector != nil:
+		sel, err := metav1.LabelSelectorAsSelector(ref.Selector)
+		if err != nil {
+			return paramQuery{}, false // the binding fails to configure; nothing to read
+		}
+		q.selector = sel.String()
+	default:
+		return paramQuery{}, false
+	}
+	return q, true
+}
+
+func containsQuery(qs []paramQuery, q paramQuery) bool {
+	for _, x := range qs {
+		if x == q {
+			return true
+		}
+	}
+	return false
+}
+
+func (p *Params) startLocked(q paramQuery) (*paramInformer, error) {
+	if p.ctx == nil {
+		return nil, fmt.Errorf("param source is not started")
+	}
+	res, err := p.resolver().ResourceForKind(q.gvk)
 	if err != nil {
-		return fmt.Errorf("watching param kind %s: %w", gvk, err)
+		return nil, fmt.Errorf("resolving param kind %s: %w", q.gvk, err)
+	}
+	inf := dynamicinformer.NewFilteredDynamicInformer(p.client, res.Resource, q.namespace, 0, toolscache.Indexers{},
+		func(o *metav1.ListOptions) {
+			if q.name != "" {
+				o.FieldSelector = fields.OneTermEqualSelector("metadata.name", q.name).String()
+			}
+			o.LabelSelector = q.selector
+		}).Informer()
+	if err := inf.SetTransform(stripManagedFields); err != nil {
+		return nil, fmt.Errorf("watching param kind %s: %w", q.gvk, err)
 	}
 	changed := func(objs ...any) {
 		metas := make([]metav1.Object, 0, len(objs))
@@ -63,7 +211,7 @@ func (p *Params) Watch(ctx context.Context, gvk schema.GroupVersionKind) error {
 				metas = append(metas, m)
 			}
 		}
-		p.onChange(gvk, metas...)
+		p.onChange(q.gvk, metas...)
 	}
 	if _, err := inf.AddEventHandler(toolscache.ResourceEventHandlerDetailedFuncs{
 		AddFunc: func(o any, initial bool) {
@@ -74,43 +222,66 @@ func (p *Params) Watch(ctx context.Context, gvk schema.GroupVersionKind) error {
 		UpdateFunc: func(o, n any) { changed(o, n) },
 		DeleteFunc: func(o any) { changed(o) },
 	}); err != nil {
-		return fmt.Errorf("watching param kind %s: %w", gvk, err)
+		return nil, fmt.Errorf("watching param kind %s: %w", q.gvk, err)
 	}
-	p.watched[gvk] = true
-	return nil
+	ctx, cancel := context.WithCancel(p.ctx)
+	go inf.RunWithContext(ctx)
+	return &paramInformer{informer: inf, stop: cancel, users: map[string]bool{}}, nil
+}
+
+func stripManagedFields(o any) (any, error) {
+	if m, ok := o.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return o, nil
 }
 
 // Get implements vap.ParamSource.
 func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), paramReadTimeout)
-	defer cancel()
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(gvk)
-	if err := p.cache.Get(ctx, client.ObjectKey{Namespace: namespace, Name: name}, u); err != nil {
-		return nil, err
+	key := name
+	if namespace != "" {
+		key = namespace + "/" + name
 	}
-	return u, nil
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for q, inf := range p.informers {
+		if q.gvk != gvk {
+			continue
+		}
+		if o, ok, _ := inf.informer.GetStore().GetByKey(key); ok {
+			return o.(*unstructured.Unstructured), nil
+		}
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, name)
 }
 
 // List implements vap.ParamSource.
 func (p *Params) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), paramReadTimeout)
-	defer cancel()
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-	var opts []client.ListOption
-	if selector != nil {
-		opts = append(opts, client.MatchingLabelsSelector{Selector: selector})
+	if selector == nil {
+		selector = labels.Everything()
 	}
-	if namespace != "" {
-		opts = append(opts, client.InNamespace(namespace))
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	seen := map[string]bool{}
+	var out []runtime.Object
+	for q, inf := range p.informers {
+		if q.gvk != gvk {
+			continue
+		}
+		for _, o := range inf.informer.GetStore().List() {
+			u := o.(*unstructured.Unstructured)
+			key := u.GetNamespace() + "/" + u.GetName()
+			if seen[key] || (namespace != "" && u.GetNamespace() != namespace) || !selector.Matches(labels.Set(u.GetLabels())) {
+				continue
+			}
+			seen[key] = true
+			out = append(out, u)
+		}
 	}
-	if err := p.cache.List(ctx, list, opts...); err != nil {
-		return nil, err
-	}
-	out := make([]runtime.Object, 0, len(list.Items))
-	for i := range list.Items {
-		out = append(out, &list.Items[i])
-	}
+	// Informers are visited in map order; params are evaluated in a stable order.
+	sort.Slice(out, func(i, j int) bool {
+		a, b := out[i].(*unstructured.Unstructured), out[j].(*unstructured.Unstructured)
+		return a.GetNamespace()+"/"+a.GetName() < b.GetNamespace()+"/"+b.GetName()
+	})
 	return out, nil
 }

@@ -33,6 +33,7 @@ import (
 	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/results"
 	"github.com/celaudit/celaudit/internal/scan"
+	"github.com/celaudit/celaudit/internal/vap"
 )
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
@@ -218,7 +219,10 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Resync:     o.ResyncPeriod,
 		Gate:       gate,
 	}
-	vapr.Params = NewParams(mgr.GetCache(), vapr.ParamsChanged)
+	vapr.Params = NewParams(dyn, func() vap.ResourceResolver { return resources.Snapshot() }, vapr.ParamsChanged)
+	if err := mgr.Add(vapr.Params); err != nil {
+		return nil, fmt.Errorf("adding param source: %w", err)
+	}
 	if err := vapr.SetupWithManager(mgr, ctrlOpts); err != nil {
 		return nil, fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
 	}

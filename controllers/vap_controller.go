@@ -72,8 +72,7 @@ func (r *VAPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		if apierrors.IsNotFound(err) {
-			r.remove(req.Name)
-			return ctrl.Result{}, nil
+			return ctrl.Result{}, r.remove(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("getting ValidatingAdmissionPolicy %s: %w", req.Name, err)
 	}
@@ -86,8 +85,7 @@ func (r *VAPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 
 func (r *VAPReconciler) reconcile(ctx context.Context, policy *admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) (ctrl.Result, error) {
 	if !policy.DeletionTimestamp.IsZero() {
-		r.remove(policy.Name)
-		return ctrl.Result{}, nil
+		return ctrl.Result{}, r.remove(ctx, policy.Name)
 	}
 	sort.Slice(bindings, func(i, j int) bool { return bindings[i].Name < bindings[j].Name })
 	compileKey := vap.CacheKey(policy) + "\n" + celauditAnnotations(policy.Annotations)
@@ -124,13 +122,8 @@ func (r *VAPReconciler) reconcile(ctx context.Context, policy *admissionregistra
 	}
 	p := next.compiled.Bind(refs, vap.Deps{Namespaces: r.Namespaces, Params: r.Params, Resolver: resolver})
 	next.policy, next.resources, next.paramKinds, next.namespaces = p, p.Resources(), p.ParamKinds(), p.DependsOnNamespaces()
-	for _, gvk := range next.paramKinds {
-		if _, err := resolver.ResourceForKind(gvk); err != nil {
-			continue // not installed: the policy reports it; discovery will bind it again once it is
-		}
-		if err := r.Params.Watch(ctx, gvk); err != nil {
-			return ctrl.Result{}, err
-		}
+	if err := r.Params.Track(ctx, policy.Name, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
+		return ctrl.Result{}, err
 	}
 	// Only discovery changed, and not in a way that changes what the policy decides: results stay valid, only
 	// newly covered resources need reading.
@@ -174,11 +167,29 @@ func bindingsSignature(bindings []admissionregistrationv1.ValidatingAdmissionPol
 	return b.String()
 }
 
-func (r *VAPReconciler) remove(name string) {
+func (r *VAPReconciler) remove(ctx context.Context, name string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.state, name)
 	r.Registry.RemovePolicy(policyKeyVAP(name))
+	return r.Params.Track(ctx, name, nil, nil)
+}
+
+func paramKind(kinds []schema.GroupVersionKind) *schema.GroupVersionKind {
+	if len(kinds) == 0 {
+		return nil
+	}
+	return &kinds[0]
+}
+
+func paramRefs(bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) []*admissionregistrationv1.ParamRef {
+	var out []*admissionregistrationv1.ParamRef
+	for i := range bindings {
+		if ref := bindings[i].Spec.ParamRef; ref != nil {
+			out = append(out, ref)
+		}
+	}
+	return out
 }
 
 // ParamsChanged rescans the policies whose bindings read one of objs (the versions of a changed object of
