@@ -18,27 +18,48 @@ type ObjectKey struct {
 	UID types.UID
 }
 
-// entry is what the store keeps of one object: its reference and, per policy, its results. It is small on
-// purpose: at cluster scale it is most of the operator's memory.
+// objKey is ObjectKey with the resource as an index into Store.gvrs: a map key of 24 bytes instead of 64.
+type objKey struct {
+	gvr uint32
+	uid types.UID
+}
+
+// entry is what the store keeps of one object: its name and, per policy, its results. It is small on
+// purpose: at cluster scale it is most of the operator's memory. The rest of the object's reference (API
+// version, kind, namespace, uid) comes from its key and the resource's table entry.
 type entry struct {
-	ref      audit.ObjectRef
-	policies []policyResults // sorted by key
+	name     string
+	policies []policyResults // sorted by policy index
 }
 
 // policyResults are one policy's results on one object. When every result is a pass and passes are not
-// listed in reports, only their number and the policy name are kept: a pass carries a property map per
-// binding and parameter, which would cost hundreds of bytes per object for nothing anybody reads.
+// listed in reports, only their number is kept: a pass carries a property map per binding and parameter,
+// which would cost hundreds of bytes per object for nothing anybody reads.
 type policyResults struct {
-	key     string
-	name    string
+	policy  uint32 // index into Store.policies
 	passes  int32
 	results []audit.Result
+}
+
+type resourceInfo struct {
+	gvr        schema.GroupVersionResource
+	apiVersion string
+	kind       string
+}
+
+type policyInfo struct {
+	key  string
+	name string // the policy name its results carry, for compacted passes
 }
 
 // Store is the in-memory set of current results. It is safe for concurrent use.
 type Store struct {
 	mu         sync.RWMutex
-	byNS       map[string]map[ObjectKey]*entry
+	byNS       map[string]map[objKey]*entry
+	gvrs       []resourceInfo
+	gvrIndex   map[schema.GroupVersionResource]uint32
+	policies   []policyInfo
+	policyIdx  map[string]uint32
 	intern     map[string]string
 	keepPasses bool
 	onChange   func(namespace string)
@@ -55,9 +76,11 @@ func KeepPasses(keep bool) Option { return func(s *Store) { s.keepPasses = keep 
 // objects) of every change. onChange runs under the store's lock and must not call back into the store.
 func NewStore(onChange func(namespace string), opts ...Option) *Store {
 	s := &Store{
-		byNS:     map[string]map[ObjectKey]*entry{},
-		intern:   map[string]string{},
-		onChange: onChange,
+		byNS:      map[string]map[objKey]*entry{},
+		gvrIndex:  map[schema.GroupVersionResource]uint32{},
+		policyIdx: map[string]uint32{},
+		intern:    map[string]string{},
+		onChange:  onChange,
 	}
 	for _, o := range opts {
 		o(s)
@@ -68,24 +91,33 @@ func NewStore(onChange func(namespace string), opts ...Option) *Store {
 // Set replaces the results of one policy for one object. An empty list removes them. It reports whether
 // anything changed.
 func (s *Store) Set(policy string, obj ObjectKey, namespace string, res []audit.Result) bool {
-	next := s.compact(policy, res)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	gi, ok := s.gvrIndex[obj.GVR]
+	if !ok {
+		if len(res) == 0 {
+			return false
+		}
+		gi = s.addResourceLocked(obj.GVR, res[0].Resource)
+	}
+	k := objKey{gvr: gi, uid: obj.UID}
 	ns := s.byNS[namespace]
-	e := ns[obj]
+	e := ns[k]
 	if e == nil {
 		if len(res) == 0 {
 			return false
 		}
 		if ns == nil {
-			ns = map[ObjectKey]*entry{}
+			ns = map[objKey]*entry{}
 			s.byNS[s.internLocked(namespace)] = ns
 		}
-		e = &entry{ref: s.refLocked(res[0].Resource)}
-		ns[obj] = e
+		e = &entry{name: res[0].Resource.Name}
+		ns[k] = e
 	}
-	i := sort.Search(len(e.policies), func(i int) bool { return e.policies[i].key >= policy })
-	had := i < len(e.policies) && e.policies[i].key == policy
+	pi := s.policyLocked(policy, res)
+	next := s.compact(pi, res)
+	i := sort.Search(len(e.policies), func(i int) bool { return e.policies[i].policy >= pi })
+	had := i < len(e.policies) && e.policies[i].policy == pi
 	switch {
 	case len(res) == 0:
 		if !had {
@@ -93,17 +125,15 @@ func (s *Store) Set(policy string, obj ObjectKey, namespace string, res []audit.
 		}
 		e.policies = append(e.policies[:i], e.policies[i+1:]...)
 		if len(e.policies) == 0 {
-			s.removeLocked(namespace, obj)
+			s.removeLocked(namespace, k)
 		}
 	case had:
 		old := e.policies[i]
-		if old.passes == next.passes && old.name == next.name && reflect.DeepEqual(old.results, next.results) {
+		if old.passes == next.passes && reflect.DeepEqual(old.results, next.results) {
 			return false
 		}
-		next.key = old.key
 		e.policies[i] = next
 	default:
-		next.key = s.internLocked(policy)
 		e.policies = append(e.policies, policyResults{})
 		copy(e.policies[i+1:], e.policies[i:])
 		e.policies[i] = next
@@ -112,24 +142,50 @@ func (s *Store) Set(policy string, obj ObjectKey, namespace string, res []audit.
 	return true
 }
 
-func (s *Store) compact(policy string, res []audit.Result) policyResults {
+func (s *Store) addResourceLocked(gvr schema.GroupVersionResource, ref audit.ObjectRef) uint32 {
+	i := uint32(len(s.gvrs))
+	s.gvrs = append(s.gvrs, resourceInfo{gvr: gvr, apiVersion: ref.APIVersion, kind: ref.Kind})
+	s.gvrIndex[gvr] = i
+	return i
+}
+
+// policyLocked returns the index of policy, recording the name its results carry.
+func (s *Store) policyLocked(policy string, res []audit.Result) uint32 {
+	i, ok := s.policyIdx[policy]
+	if !ok {
+		i = uint32(len(s.policies))
+		s.policies = append(s.policies, policyInfo{key: policy})
+		s.policyIdx[policy] = i
+	}
+	if len(res) > 0 && s.policies[i].name == "" {
+		s.policies[i].name = res[0].Policy
+	}
+	return i
+}
+
+func (s *Store) compact(policy uint32, res []audit.Result) policyResults {
 	if s.keepPasses || len(res) == 0 {
-		return policyResults{key: policy, results: res}
+		return policyResults{policy: policy, results: res}
 	}
 	for _, r := range res {
 		if r.Verdict != audit.Pass {
-			return policyResults{key: policy, results: res}
+			return policyResults{policy: policy, results: res}
 		}
 	}
-	return policyResults{key: policy, name: res[0].Policy, passes: int32(len(res))}
+	return policyResults{policy: policy, passes: int32(len(res))}
 }
 
 // DeleteObject removes every result of an object in namespace.
 func (s *Store) DeleteObject(obj ObjectKey, namespace string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, ok := s.byNS[namespace][obj]; ok {
-		s.removeLocked(namespace, obj)
+	gi, ok := s.gvrIndex[obj.GVR]
+	if !ok {
+		return
+	}
+	k := objKey{gvr: gi, uid: obj.UID}
+	if _, ok := s.byNS[namespace][k]; ok {
+		s.removeLocked(namespace, k)
 		s.changed(namespace)
 	}
 }
@@ -138,14 +194,22 @@ func (s *Store) DeleteObject(obj ObjectKey, namespace string) {
 func (s *Store) DeletePolicy(policy string, gvr schema.GroupVersionResource) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	pi, ok := s.policyIdx[policy]
+	if !ok {
+		return
+	}
+	gi, known := s.gvrIndex[gvr]
+	if !gvr.Empty() && !known {
+		return
+	}
 	for namespace, ns := range s.byNS {
 		touched := false
 		for k, e := range ns {
-			if !gvr.Empty() && k.GVR != gvr {
+			if !gvr.Empty() && k.gvr != gi {
 				continue
 			}
-			i := sort.Search(len(e.policies), func(i int) bool { return e.policies[i].key >= policy })
-			if i == len(e.policies) || e.policies[i].key != policy {
+			i := sort.Search(len(e.policies), func(i int) bool { return e.policies[i].policy >= pi })
+			if i == len(e.policies) || e.policies[i].policy != pi {
 				continue
 			}
 			e.policies = append(e.policies[:i], e.policies[i+1:]...)
@@ -167,14 +231,16 @@ func (s *Store) Namespace(namespace string) []audit.Result {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []audit.Result
-	for _, e := range s.byNS[namespace] {
+	for k, e := range s.byNS[namespace] {
 		for _, p := range e.policies {
 			if p.results != nil {
 				out = append(out, p.results...)
 				continue
 			}
+			ri := s.gvrs[k.gvr]
+			ref := audit.ObjectRef{APIVersion: ri.apiVersion, Kind: ri.kind, Namespace: namespace, Name: e.name, UID: k.uid}
 			for i := range p.passes {
-				r := audit.Result{Policy: p.name, Verdict: audit.Pass, Resource: e.ref}
+				r := audit.Result{Policy: s.policies[p.policy].name, Verdict: audit.Pass, Resource: ref}
 				if i > 0 {
 					r.Rule = "pass-" + strconv.Itoa(int(i)+1)
 				}
@@ -208,20 +274,12 @@ func (s *Store) Len() int {
 	return n
 }
 
-func (s *Store) removeLocked(namespace string, k ObjectKey) {
+func (s *Store) removeLocked(namespace string, k objKey) {
 	ns := s.byNS[namespace]
 	delete(ns, k)
 	if len(ns) == 0 {
 		delete(s.byNS, namespace)
 	}
-}
-
-// refLocked returns ref with its repeated strings (API version, kind, namespace) shared with other objects.
-func (s *Store) refLocked(ref audit.ObjectRef) audit.ObjectRef {
-	ref.APIVersion = s.internLocked(ref.APIVersion)
-	ref.Kind = s.internLocked(ref.Kind)
-	ref.Namespace = s.internLocked(ref.Namespace)
-	return ref
 }
 
 func (s *Store) internLocked(v string) string {

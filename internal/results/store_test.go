@@ -163,18 +163,14 @@ func TestStoreDeletes(t *testing.T) {
 	}
 }
 
-func TestStoreInternsRepeatedStrings(t *testing.T) {
+// Compacted passes come back with the full reference of their object, rebuilt from the store's tables.
+func TestStoreRebuildsReferences(t *testing.T) {
 	s := NewStore(nil)
-	mk := func(name string) audit.Result {
-		r := result("n", name, "p", audit.Fail)
-		r.Resource.APIVersion = strings.Clone("v1")
-		r.Resource.Kind = strings.Clone("ConfigMap")
-		return r
-	}
-	s.Set("p", key("a"), "n", []audit.Result{mk("a")})
-	s.Set("p", key("b"), "n", []audit.Result{mk("b")})
-	ea, eb := s.byNS["n"][key("a")], s.byNS["n"][key("b")]
-	if unsafeData(ea.ref.Kind) != unsafeData(eb.ref.Kind) || unsafeData(ea.ref.APIVersion) != unsafeData(eb.ref.APIVersion) {
-		t.Fatal("API version and kind are not shared between objects")
+	deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	ref := audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "n", Name: "web", UID: "u-1"}
+	s.Set("vap/p", ObjectKey{GVR: deploys, UID: "u-1"}, "n", []audit.Result{{Policy: "p", Verdict: audit.Pass, Resource: ref}})
+	got := s.Namespace("n")
+	if len(got) != 1 || got[0].Resource != ref || got[0].Policy != "p" || got[0].Verdict != audit.Pass {
+		t.Fatalf("got %+v, want a pass of p on %+v", got, ref)
 	}
 }

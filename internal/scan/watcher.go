@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"strconv"
 	"sync"
@@ -21,31 +22,35 @@ import (
 )
 
 // digest is all a watcher keeps of an object once it has been evaluated: enough to tell whether a listed
-// object changed since, and where its results live.
+// object changed since, and where its results live. 16 bytes: it is kept for every audited object.
 type digest struct {
-	namespace string // interned
-	rv        uint64 // the resourceVersion as an etcd revision, or 0 with rvs set when it is not one
-	rvs       string
+	namespace uint32 // index into watcher.nsNames
+	opaque    bool   // rv is a hash of a resourceVersion that is not an etcd revision
+	rv        uint64
 }
 
 func (w *watcher) digestOf(obj *unstructured.Unstructured) digest {
 	ns := obj.GetNamespace()
-	if x, ok := w.namespaces[ns]; ok {
-		ns = x
-	} else {
-		w.namespaces[ns] = ns
+	idx, ok := w.nsIndex[ns]
+	if !ok {
+		idx = uint32(len(w.nsNames))
+		w.nsNames = append(w.nsNames, ns)
+		w.nsIndex[ns] = idx
 	}
 	rv := obj.GetResourceVersion()
 	if n, err := strconv.ParseUint(rv, 10, 64); err == nil {
-		return digest{namespace: ns, rv: n}
+		return digest{namespace: idx, rv: n}
 	}
-	return digest{namespace: ns, rvs: rv}
+	h := fnv.New64a()
+	h.Write([]byte(rv))
+	return digest{namespace: idx, opaque: true, rv: h.Sum64()}
 }
 
-// newerThan reports whether d is a later version of the object than old.
+// newerThan reports whether d is a later version of the object than old. Opaque resourceVersions cannot be
+// ordered: any difference counts as newer.
 func (d digest) newerThan(old digest) bool {
-	if d.rvs != "" || old.rvs != "" {
-		return d.rvs != old.rvs || d.rv != old.rv
+	if d.opaque || old.opaque {
+		return d != old
 	}
 	return d.rv > old.rv
 }
@@ -65,19 +70,20 @@ type watcher struct {
 	unreadable bool // guarded by mu: the last read failed and its error results are recorded
 
 	digests    map[types.UID]digest
-	namespaces map[string]string // interned namespace names of digests
+	nsNames    []string          // namespaces of digests, by index
+	nsIndex    map[string]uint32 // index of each namespace in nsNames
 	lastRV     string
 	readFailed bool
 }
 
 func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
 	return &watcher{
-		engine:     e,
-		gvr:        gvr,
-		pending:    map[string]map[string]bool{},
-		wake:       make(chan struct{}, 1),
-		digests:    map[types.UID]digest{},
-		namespaces: map[string]string{},
+		engine:  e,
+		gvr:     gvr,
+		pending: map[string]map[string]bool{},
+		wake:    make(chan struct{}, 1),
+		digests: map[types.UID]digest{},
+		nsIndex: map[string]uint32{},
 	}
 }
 
@@ -239,9 +245,9 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		opts.Continue = page.GetContinue()
 	}
 	for uid, d := range w.digests {
-		if !seen[uid] && (namespace == "" || d.namespace == namespace) {
+		if !seen[uid] && (namespace == "" || w.nsNames[d.namespace] == namespace) {
 			delete(w.digests, uid)
-			e.deleteObject(w.gvr, uid, d.namespace)
+			e.deleteObject(w.gvr, uid, w.nsNames[d.namespace])
 		}
 	}
 	if namespace == "" {

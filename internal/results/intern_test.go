@@ -1,5 +1,0 @@
-package results
-
-import "unsafe"
-
-func unsafeData(s string) *byte { return unsafe.StringData(s) }
