@@ -37,6 +37,9 @@ type Options struct {
 	WatchTimeout time.Duration
 	// Backoff is the wait after a failed LIST or WATCH.
 	Backoff time.Duration
+	// PagesInFlight bounds the LIST pages held in memory at once across all resources, which bounds the
+	// operator's peak memory while it reads; default Workers, at least 2.
+	PagesInFlight int
 	// OnListError, when set, is told about resources that cannot be read (for example a forbidden LIST), so
 	// that the caller can report them; it is called again with nil once the resource is readable.
 	OnListError func(gvr schema.GroupVersionResource, err error)
@@ -48,6 +51,9 @@ func (o *Options) defaults() {
 	}
 	if o.Workers <= 0 {
 		o.Workers = runtime.NumCPU()
+	}
+	if o.PagesInFlight <= 0 {
+		o.PagesInFlight = max(o.Workers, 2)
 	}
 	if o.WatchTimeout <= 0 {
 		o.WatchTimeout = 10 * time.Minute
@@ -64,6 +70,8 @@ type Engine struct {
 	opts   Options
 	log    logr.Logger
 
+	pages chan struct{} // one token per LIST page being read or evaluated
+
 	mu       sync.Mutex
 	ctx      context.Context
 	policies map[string]audit.Policy
@@ -79,6 +87,7 @@ func New(client dynamic.Interface, sink Sink, log logr.Logger, opts Options) *En
 		sink:     sink,
 		opts:     opts,
 		log:      log,
+		pages:    make(chan struct{}, opts.PagesInFlight),
 		policies: map[string]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
 	}

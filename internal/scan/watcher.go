@@ -213,6 +213,11 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	opts := metav1.ListOptions{Limit: e.opts.PageSize}
 	var listRV string
 	for {
+		select {
+		case e.pages <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 		var (
 			page *unstructured.UnstructuredList
 			err  error
@@ -223,6 +228,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 			page, err = ri.Namespace(namespace).List(ctx, opts)
 		}
 		if err != nil {
+			<-e.pages
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
 				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
 				if opts.Continue != "" {
@@ -236,6 +242,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		}
 		w.setReadError(nil)
 		w.evaluatePage(ctx, page.Items, every, only, seen)
+		<-e.pages
 		if listRV == "" {
 			listRV = page.GetResourceVersion()
 		}
