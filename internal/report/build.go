@@ -165,7 +165,6 @@ func Build(results []audit.Result, previous map[string]metav1.Timestamp, now tim
 	for i := range results {
 		e := &entries[i]
 		e.res = &results[i]
-		e.id = results[i].ID()
 		idx, known := verdictIndex(results[i].Verdict)
 		if !known {
 			// Only the five verdicts of the API may be published; anything else is a defect of a rule
@@ -245,7 +244,7 @@ func compareEntries(a, b *entry) int {
 	if c := strings.Compare(a.res.Rule, b.res.Rule); c != 0 {
 		return c
 	}
-	if c := strings.Compare(a.id, b.id); c != 0 {
+	if c := strings.Compare(a.ID(), b.ID()); c != 0 {
 		return c
 	}
 	if c := strings.Compare(a.res.Category, b.res.Category); c != 0 {
@@ -262,11 +261,28 @@ func dedupe(sorted []*entry) []*entry {
 	}
 	out := sorted[:1]
 	for _, e := range sorted[1:] {
-		if e.id != out[len(out)-1].id {
+		prev := out[len(out)-1]
+		// Equal IDs imply the same object, policy and rule; only then are the IDs worth computing.
+		if !sameSubject(prev, e) || e.ID() != prev.ID() {
 			out = append(out, e)
 		}
 	}
 	return out
+}
+
+// sameSubject reports whether a and b are results of the same rule on the same object.
+func sameSubject(a, b *entry) bool {
+	ra, rb := &a.res.Resource, &b.res.Resource
+	return *ra == *rb && a.res.Policy == b.res.Policy && a.res.Rule == b.res.Rule
+}
+
+// ID returns the result's ID, computed on first use: a build hashes only the results it lists and the few
+// that tie in the sort order, not the many passes it only counts.
+func (e *entry) ID() string {
+	if e.id == "" {
+		e.id = e.res.ID()
+	}
+	return e.id
 }
 
 // publish converts a listed result into its PolicyReport form.
@@ -276,12 +292,12 @@ func publish(e *entry, previous map[string]metav1.Timestamp, now metav1.Timestam
 	for k, v := range r.Properties {
 		props[k] = v
 	}
-	props[audit.PropResultID] = e.id
+	props[audit.PropResultID] = e.ID()
 	severity, ok := severityOf(r.Severity)
 	if !ok {
 		props[PropOriginalSeverity] = r.Severity
 	}
-	ts, seen := previous[e.id]
+	ts, seen := previous[e.ID()]
 	if !seen {
 		ts = now
 	}
