@@ -43,9 +43,15 @@ type ReportReconciler struct {
 	Clock    clock.Clock
 	// Writes, when set, counts the writes by operation.
 	Writes *prometheus.CounterVec
+	// Rescanning, when set, reports whether a rescan is under way (a policy was edited, a resource is being
+	// relisted): writes wait for it to end, up to MaxHold, so that a policy edit lands in one complete write
+	// per report rather than a partial one followed by the rest.
+	Rescanning func() bool
+	MaxHold    time.Duration
 
-	mu        sync.Mutex
-	lastWrite map[string]time.Time
+	mu         sync.Mutex
+	lastWrite  map[string]time.Time
+	dirtySince map[string]time.Time
 }
 
 // readyPoll is how often a report waits to see whether the first audit is done.
@@ -61,6 +67,9 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if wait := r.delay(req.Namespace); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
+	if r.hold(req.Namespace) {
+		return ctrl.Result{RequeueAfter: readyPoll}, nil
+	}
 	existing, err := r.existing(ctx, req.Namespace)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -68,6 +77,9 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	desired := report.Build(r.Results.Namespace(req.Namespace), report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
+		r.mu.Lock()
+		delete(r.dirtySince, req.Namespace)
+		r.mu.Unlock()
 		return ctrl.Result{}, nil
 	}
 	r.wrote(req.Namespace)
@@ -134,15 +146,33 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 	return nil
 }
 
-// delay returns how long a write of namespace's reports must wait to keep writes Coalesce apart.
+// delay returns how long a write of namespace's reports must wait to keep writes Coalesce apart. It is
+// called when the namespace's results change, which it records.
 func (r *ReportReconciler) delay(namespace string) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.dirtySince == nil {
+		r.dirtySince = map[string]time.Time{}
+	}
+	if _, ok := r.dirtySince[namespace]; !ok {
+		r.dirtySince[namespace] = r.Clock.Now()
+	}
 	last, ok := r.lastWrite[namespace]
 	if !ok {
 		return 0
 	}
 	return r.Coalesce - r.Clock.Since(last)
+}
+
+// hold reports whether the write of namespace's reports should wait for a rescan to finish.
+func (r *ReportReconciler) hold(namespace string) bool {
+	if r.Rescanning == nil || !r.Rescanning() {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	since, ok := r.dirtySince[namespace]
+	return ok && r.Clock.Since(since) < r.MaxHold
 }
 
 func (r *ReportReconciler) wrote(namespace string) {
@@ -152,6 +182,7 @@ func (r *ReportReconciler) wrote(namespace string) {
 		r.lastWrite = map[string]time.Time{}
 	}
 	r.lastWrite[namespace] = r.Clock.Now()
+	delete(r.dirtySince, namespace)
 }
 
 func (r *ReportReconciler) count(op string, n int) {
@@ -171,6 +202,9 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 	}
 	if r.Coalesce <= 0 {
 		r.Coalesce = time.Second
+	}
+	if r.MaxHold <= 0 {
+		r.MaxHold = 10 * time.Second
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{reportRequest(o.GetNamespace())}

@@ -253,13 +253,14 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	_ = metrics.Registry.Register(writes)
 	_ = metrics.Registry.Register(newResultCollector(store))
 	if err := (&ReportReconciler{
-		Client:   mgr.GetClient(),
-		Results:  store,
-		Ready:    firstAuditDone,
-		Notifier: notifier,
-		Options:  report.Options{ListVerdicts: verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
-		Coalesce: o.ReportCoalesce,
-		Writes:   writes,
+		Client:     mgr.GetClient(),
+		Results:    store,
+		Ready:      firstAuditDone,
+		Notifier:   notifier,
+		Options:    report.Options{ListVerdicts: verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
+		Coalesce:   o.ReportCoalesce,
+		Writes:     writes,
+		Rescanning: func() bool { return !engine.Synced() },
 	}).SetupWithManager(mgr, ctrlOpts); err != nil {
 		return nil, fmt.Errorf("setting up report controller: %w", err)
 	}
