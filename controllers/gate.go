@@ -7,6 +7,18 @@ import "sync"
 type Gate struct {
 	mu      sync.Mutex
 	pending map[string]bool
+	onOpen  []func()
+}
+
+// OnOpen registers f to run once, when the last source is done.
+func (g *Gate) OnOpen(f func()) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.pending) == 0 {
+		f()
+		return
+	}
+	g.onOpen = append(g.onOpen, f)
 }
 
 // NewGate returns a gate waiting for the named sources.
@@ -21,8 +33,15 @@ func NewGate(sources ...string) *Gate {
 // Done marks a source as having registered its initial policies.
 func (g *Gate) Done(source string) {
 	g.mu.Lock()
-	defer g.mu.Unlock()
 	delete(g.pending, source)
+	var run []func()
+	if len(g.pending) == 0 {
+		run, g.onOpen = g.onOpen, nil
+	}
+	g.mu.Unlock()
+	for _, f := range run {
+		f()
+	}
 }
 
 // Open reports whether every source is done.

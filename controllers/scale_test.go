@@ -74,18 +74,24 @@ func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
 		bindingFor("edit-cm", "edit-cm", "edit-audit"),
 		vapFor("edit-deploy", "apps", "v1", "deployments", "object.spec.replicas <= 3", "too many replicas"),
 		bindingFor("edit-deploy", "edit-deploy", "edit-audit"),
+		vapFor("edit-deploy-2", "apps", "v1", "deployments", "object.spec.replicas >= 1", "too few replicas"),
+		bindingFor("edit-deploy-2", "edit-deploy-2", "edit-audit"),
 	)
 	counter := &envtestutil.RequestCounter{}
 	op, _ := envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
 	envtestutil.WaitSettled(t, op)
-	expectReport(t, "edit", 2, "warn two: tier must be gold")
+	expectReport(t, "edit", 3, "warn two: tier must be gold")
+	// Two policies cover Deployments at start-up: the first audit reads them once, for both.
+	if n := counter.Get("list", "deployments"); n != 1 {
+		t.Fatalf("the first audit listed deployments %d times, want once", n)
+	}
 
 	counter.Reset()
 	update(t, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "edit-cm"}}, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
 		p.Spec.Validations[0].Expression = "object.data.tier == 'silver'"
 		p.Spec.Validations[0].Message = "tier must be silver"
 	})
-	expectReport(t, "edit", 2, "warn one: tier must be silver")
+	expectReport(t, "edit", 3, "warn one: tier must be silver")
 	if got := counter.Get("list", "configmaps"); got == 0 {
 		t.Fatalf("the edited policy's kind was not listed again: %v", counter.Snapshot())
 	}

@@ -181,6 +181,8 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("adding scan engine: %w", err)
 	}
 	gate := NewGate(CRDSource, VAPSource)
+	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
+	gate.OnOpen(engine.Release)
 	ctrlOpts := controllerOptions(o)
 	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {

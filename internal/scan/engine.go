@@ -40,6 +40,8 @@ type Options struct {
 	// PagesInFlight bounds the LIST pages held in memory at once across all resources, which bounds the
 	// operator's peak memory while it reads; default Workers, at least 2.
 	PagesInFlight int
+	// Released starts the engine released (see Engine.Release).
+	Released bool
 	// OnListError, when set, is told about resources that cannot be read (for example a forbidden LIST), so
 	// that the caller can report them; it is called again with nil once the resource is readable.
 	OnListError func(gvr schema.GroupVersionResource, err error)
@@ -70,7 +72,9 @@ type Engine struct {
 	opts   Options
 	log    logr.Logger
 
-	pages chan struct{} // one token per LIST page being read or evaluated
+	pages    chan struct{} // one token per LIST page being read or evaluated
+	released chan struct{} // closed by Release: watchers start reading
+	release  sync.Once
 
 	mu       sync.Mutex
 	ctx      context.Context
@@ -82,16 +86,26 @@ type Engine struct {
 // New returns an engine that reads with client and writes results to sink. Call Start to run it.
 func New(client dynamic.Interface, sink Sink, log logr.Logger, opts Options) *Engine {
 	opts.defaults()
-	return &Engine{
+	e := &Engine{
 		client:   client,
 		sink:     sink,
 		opts:     opts,
 		log:      log,
 		pages:    make(chan struct{}, opts.PagesInFlight),
+		released: make(chan struct{}),
 		policies: map[string]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
 	}
+	if opts.Released {
+		e.Release()
+	}
+	return e
 }
+
+// Release lets watchers start reading. Until then policies are only registered, so that a start-up that
+// registers many policies over the same resources reads each resource once, with all of them, rather than
+// once per policy. Options.Released makes the engine start released.
+func (e *Engine) Release() { e.release.Do(func() { close(e.released) }) }
 
 // Start runs the engine until ctx is done. Policies set before Start begin scanning when it is called.
 func (e *Engine) Start(ctx context.Context) error {

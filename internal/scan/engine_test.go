@@ -106,6 +106,7 @@ func expect(t *testing.T, store *results.Store, ns, want string) {
 func startEngine(t *testing.T, cfg *rest.Config, opts scan.Options) (*scan.Engine, *results.Store) {
 	t.Helper()
 	store := results.NewStore(nil)
+	opts.Released = true
 	engine := scan.New(dynamic.NewForConfigOrDie(cfg), store, logr.Discard(), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

@@ -143,6 +143,11 @@ func (w *watcher) done(listed bool) {
 
 func (w *watcher) run(ctx context.Context) {
 	log := w.engine.log.WithValues("resource", w.gvr.String())
+	select {
+	case <-w.engine.released:
+	case <-ctx.Done():
+		return
+	}
 	needList := true
 	for ctx.Err() == nil {
 		all, byNS := w.takePending()
