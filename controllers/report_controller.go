@@ -22,9 +22,10 @@ import (
 	"github.com/celaudit/celaudit/internal/report"
 )
 
-// ResultSource gives the current results of one namespace ("" for cluster-scoped objects).
+// ResultSource gives the current results of one namespace ("" for cluster-scoped objects): those kept
+// whole, and the number of passes kept only as a count.
 type ResultSource interface {
-	Namespace(namespace string) []audit.Result
+	NamespaceCounted(namespace string) (results []audit.Result, passes int)
 }
 
 // ReportReconciler keeps the PolicyReports of one namespace (or the ClusterPolicyReports) equal to the
@@ -74,7 +75,8 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	desired := report.Build(r.Results.Namespace(req.Namespace), report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
+	results, passes := r.Results.NamespaceCounted(req.Namespace)
+	desired := report.BuildCounted(results, map[string]int{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
 		r.mu.Lock()

@@ -411,3 +411,43 @@ func (c reportChunk) contents() (v1alpha2.PolicyReportSummary, []v1alpha2.Policy
 		Skip:  counts[idxSkip],
 	}, listed
 }
+
+// BuildCounted is Build for results whose passes are partly only counted: passes[ns] more passes on objects
+// of namespace ns ("" for cluster-scoped objects) are added to the summary of that namespace's first report.
+// Passes that are not listed carry nothing but their number, and a namespace holds thousands of them:
+// counting them keeps a report write proportional to the results it lists.
+func BuildCounted(results []audit.Result, passes map[string]int, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
+	out := Build(results, previous, now, opts)
+	namespaces := make([]string, 0, len(passes))
+	for ns, n := range passes {
+		if n > 0 {
+			namespaces = append(namespaces, ns)
+		}
+	}
+	slices.Sort(namespaces)
+	for _, ns := range namespaces {
+		n := passes[ns]
+		if ns == "" {
+			if i := slices.IndexFunc(out.ClusterPolicyReports, func(r v1alpha2.ClusterPolicyReport) bool { return r.Name == ChunkName(0) }); i >= 0 {
+				out.ClusterPolicyReports[i].Summary.Pass += n
+				continue
+			}
+			out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
+				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
+				ObjectMeta: metav1.ObjectMeta{Name: ChunkName(0), Labels: managedLabels()},
+				Summary:    v1alpha2.PolicyReportSummary{Pass: n},
+			})
+			continue
+		}
+		if i := slices.IndexFunc(out.PolicyReports, func(r v1alpha2.PolicyReport) bool { return r.Namespace == ns && r.Name == ChunkName(0) }); i >= 0 {
+			out.PolicyReports[i].Summary.Pass += n
+			continue
+		}
+		out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
+			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
+			ObjectMeta: metav1.ObjectMeta{Name: ChunkName(0), Namespace: ns, Labels: managedLabels()},
+			Summary:    v1alpha2.PolicyReportSummary{Pass: n},
+		})
+	}
+	return out
+}

@@ -251,6 +251,20 @@ func (s *Store) Namespace(namespace string) []audit.Result {
 	return out
 }
 
+// NamespaceCounted returns the results on objects in namespace that are kept whole, in no particular
+// order, and the number of compacted passes, which carry nothing but their number.
+func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, passes int) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, e := range s.byNS[namespace] {
+		for _, p := range e.policies {
+			results = append(results, p.results...)
+			passes += int(p.passes)
+		}
+	}
+	return results, passes
+}
+
 // Namespaces returns the sorted namespaces that hold results.
 func (s *Store) Namespaces() []string {
 	s.mu.RLock()

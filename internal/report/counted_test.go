@@ -1,0 +1,43 @@
+package report
+
+import (
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+func TestBuildCounted(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	fail := audit.Result{Policy: "p", Verdict: audit.Fail, Message: "bad",
+		Resource: audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "x", UID: "u"}}
+	pass := fail
+	pass.Verdict, pass.Message, pass.Resource.Name, pass.Resource.UID = audit.Pass, "", "y", "v"
+
+	got := BuildCounted([]audit.Result{fail}, map[string]int{"a": 3, "b": 2, "": 1, "c": 0}, nil, now, Options{})
+	if len(got.PolicyReports) != 2 || len(got.ClusterPolicyReports) != 1 {
+		t.Fatalf("got %d namespaced and %d cluster reports, want 2 and 1", len(got.PolicyReports), len(got.ClusterPolicyReports))
+	}
+	a, b := got.PolicyReports[0], got.PolicyReports[1]
+	if a.Namespace != "a" || a.Summary.Pass != 3 || a.Summary.Fail != 1 || len(a.Results) != 1 {
+		t.Errorf("namespace a: %s %+v with %d results", a.Namespace, a.Summary, len(a.Results))
+	}
+	if b.Namespace != "b" || b.Name != ChunkName(0) || b.Summary.Pass != 2 || len(b.Results) != 0 || !IsManaged(&b) {
+		t.Errorf("namespace b: %s/%s %+v with %d results", b.Namespace, b.Name, b.Summary, len(b.Results))
+	}
+	if c := got.ClusterPolicyReports[0]; c.Summary.Pass != 1 {
+		t.Errorf("cluster report summary %+v", c.Summary)
+	}
+
+	// Counted passes give the same reports as the same passes listed out, when passes are not listed and
+	// the namespace fits one report.
+	pass2 := pass
+	pass2.Resource.Name, pass2.Resource.UID = "z", "w"
+	listed := Build([]audit.Result{fail, pass, pass2}, nil, now, Options{})
+	counted := BuildCounted([]audit.Result{fail}, map[string]int{"a": 2}, nil, now, Options{})
+	if !equality.Semantic.DeepEqual(listed, counted) {
+		t.Errorf("counted passes differ from listed ones:\n%+v\n%+v", listed, counted)
+	}
+}
