@@ -1,0 +1,169 @@
+// Command macro measures a whole celaudit audit on a real control plane (kube-apiserver and etcd from
+// KUBEBUILDER_ASSETS): it stores N objects of four kinds across 100 namespaces, installs CRD rules and
+// ValidatingAdmissionPolicies, runs the celaudit binary as a separate process and records the first audit's
+// wall time against a bare LIST, memory, API requests while auditing and while idle, change-to-report latency,
+// policy-edit latency and the size of the reports. It writes a markdown section and a JSON record.
+//
+//	go run ./test/bench/macro -objects 10000 -out bench-10000.md -json bench-10000.json
+//	go run ./test/bench/macro -goals bench-10000.json,bench-100000.json -out goals.md
+//	go run ./test/bench/macro -micro micro.txt -out micro.md
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	ctrl "sigs.k8s.io/controller-runtime"
+)
+
+type config struct {
+	objects       int
+	namespaces    int
+	idle          time.Duration
+	concurrency   int
+	flips         int
+	flipRate      float64
+	baseline      bool
+	bin           string
+	build         bool
+	workdir       string
+	out           string
+	jsonOut       string
+	auditTimeout  time.Duration
+	operatorFlags string
+	operatorEnv   string
+	goals         string
+	micro         string
+	profile       string
+}
+
+func main() {
+	var c config
+	flag.IntVar(&c.objects, "objects", 10000, "Audited objects to create.")
+	flag.IntVar(&c.namespaces, "namespaces", 100, "Namespaces the objects are spread over.")
+	flag.DurationVar(&c.idle, "idle", 5*time.Minute, "Length of the idle window in which API requests are counted.")
+	flag.IntVar(&c.concurrency, "concurrency", 32, "Goroutines creating objects.")
+	flag.IntVar(&c.flips, "flips", 1000, "Objects updated, each flipping compliance, to measure change-to-report latency.")
+	flag.Float64Var(&c.flipRate, "flip-rate", 50, "Updates per second in the change-to-report phase.")
+	flag.BoolVar(&c.baseline, "baseline", true, "Also run the operator on a cluster with the same policies and no audited objects, for bytes per object.")
+	flag.StringVar(&c.bin, "bin", "", "celaudit binary (default: build <repo>/bin/celaudit).")
+	flag.BoolVar(&c.build, "build", true, "Build the binary with go build before running it.")
+	flag.StringVar(&c.workdir, "workdir", "", "Directory for the kubeconfig and operator logs (default: a new temporary directory).")
+	flag.StringVar(&c.out, "out", "", "Write the markdown section here (default: standard output).")
+	flag.StringVar(&c.jsonOut, "json", "", "Also write the measurements as JSON here.")
+	flag.DurationVar(&c.auditTimeout, "audit-timeout", 30*time.Minute, "Give up waiting for the first audit after this long.")
+	flag.StringVar(&c.operatorFlags, "operator-flags", "", "Extra flags for celaudit, space-separated.")
+	flag.StringVar(&c.operatorEnv, "operator-env", "", "Extra environment for celaudit, space-separated NAME=value pairs (e.g. GOMEMLIMIT=200MiB).")
+	flag.StringVar(&c.goals, "goals", "", "Instead of measuring: comma-separated JSON records to summarize against the product goals.")
+	flag.StringVar(&c.profile, "profile", "", "Run the main measurement with a profiling build of celaudit (test/bench/profiled) and write the CPU profile of the first audit and a heap profile after it to this directory.")
+	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
+	flag.Parse()
+	ctrl.SetLogger(logr.Discard())
+
+	var err error
+	switch {
+	case c.goals != "":
+		err = writeGoals(c)
+	case c.micro != "":
+		err = writeMicro(c)
+	default:
+		err = measure(c)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "macro:", err)
+		os.Exit(1)
+	}
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "[macro %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func measure(c config) error {
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run through 'make bench' or set it to $(hack/setup-envtest.sh)")
+	}
+	repo, err := repoRoot()
+	if err != nil {
+		return err
+	}
+	if c.workdir == "" {
+		if c.workdir, err = os.MkdirTemp("", "celaudit-bench-"); err != nil {
+			return err
+		}
+	}
+	if err := os.MkdirAll(c.workdir, 0o755); err != nil {
+		return err
+	}
+	if c.bin == "" {
+		c.bin = filepath.Join(repo, "bin", "celaudit")
+	}
+	code := codeVersion(repo)
+	if c.build {
+		logf("building %s from %s", c.bin, code)
+		if err := buildOperator(repo, c.bin); err != nil {
+			return err
+		}
+	}
+	if c.profile != "" {
+		if err := os.MkdirAll(c.profile, 0o755); err != nil {
+			return err
+		}
+		logf("building the profiling variant")
+		if err := buildProfiled(repo, filepath.Join(c.workdir, "celaudit-profiled")); err != nil {
+			return err
+		}
+	}
+	res := &Result{
+		Code:        code,
+		Profiled:    c.profile != "",
+		Command:     "go run ./test/bench/macro " + strings.Join(os.Args[1:], " "),
+		Machine:     machineInfo(),
+		Objects:     c.objects,
+		Namespaces:  c.namespaces,
+		IdleSeconds: c.idle.Seconds(),
+		Concurrency: c.concurrency,
+	}
+	if c.baseline {
+		logf("baseline: same policies, no audited objects")
+		if err := runBaseline(ctx, c, res); err != nil {
+			return fmt.Errorf("baseline run: %w", err)
+		}
+	}
+	logf("main run: %d objects", c.objects)
+	runErr := runMain(ctx, c, res)
+	if runErr != nil {
+		res.Errors = append(res.Errors, runErr.Error())
+	}
+	if err := writeResult(c, res); err != nil {
+		return err
+	}
+	return runErr
+}
+
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}

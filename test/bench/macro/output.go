@@ -1,0 +1,477 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"regexp"
+	"runtime"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Result is one macro run's measurements.
+type Result struct {
+	Command     string
+	Code        string // the commit the operator was built from
+	Profiled    bool
+	Machine     Machine
+	Objects     int
+	Namespaces  int
+	Kinds       map[string]int
+	CRDs        int
+	VAPs        int
+	Bindings    int
+	IdleSeconds float64
+	Concurrency int
+
+	ViolatingObjects int
+	Expected         counts
+	CreateSeconds    float64
+
+	ListSeconds        float64
+	ListRuns           []float64
+	ListObjects        int
+	ListByResource     map[string]float64
+	ListWidgetsSeconds float64
+
+	FirstAuditSeconds    float64
+	ReadySeconds         float64
+	FirstAuditCPUSeconds float64
+	TotalCPUSeconds      float64
+	Summaries            counts
+	SummariesMatch       bool
+
+	Baseline                      memory
+	BaselineSettleSeconds         float64
+	AfterFirstAudit               memory
+	End                           memory
+	BytesPerObject                float64
+	BytesPerObjectAfterFirstAudit float64
+
+	// Requests holds client requests per phase, in the order of Phases, from the API server's metrics.
+	Requests map[string]requests
+	// OperatorRequests holds the operator's own requests per phase, from the API server's audit log.
+	OperatorRequests map[string]requests
+	Phases           []string
+	IdleReportEvents int
+
+	Flips []FlipResult
+	Edit  struct {
+		Seconds, Ratio float64
+		ChangedResults int
+		Matched        bool
+	}
+	ReportsAfterFirstAudit, ReportsEnd struct{ Count, Bytes, Listed int }
+
+	Errors []string
+}
+
+// Phases in which API requests are counted.
+const (
+	phaseBackground = "background 10 s, before the operator"
+	phaseFirstAudit = "first audit"
+	phaseIdle       = "idle"
+	phaseEdit       = "policy edit"
+)
+
+// FlipResult is the change-to-report latency of one kind's updates.
+type FlipResult struct {
+	Kind, Policy                    string
+	Count, Measured, Unseen, Failed int
+	FailedSample                    []string
+	AchievedRate                    float64
+	P50, P99, Max                   float64
+	SummariesMatch                  bool
+}
+
+// Machine describes where the benchmark ran.
+type Machine struct {
+	NProc     int
+	MemTotal  string
+	CPUModel  string
+	Date      string
+	LoadAvg   string
+	GoVersion string
+}
+
+func machineInfo() Machine {
+	m := Machine{NProc: runtime.NumCPU(), Date: time.Now().UTC().Format("2006-01-02 15:04 MST"), GoVersion: runtime.Version()}
+	if out, err := exec.Command("nproc").Output(); err == nil {
+		m.NProc, _ = strconv.Atoi(strings.TrimSpace(string(out)))
+	}
+	m.MemTotal = procLine("/proc/meminfo", "MemTotal")
+	m.CPUModel = procLine("/proc/cpuinfo", "model name")
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		f := strings.Fields(string(b))
+		if len(f) >= 3 {
+			m.LoadAvg = strings.Join(f[:3], " ")
+		}
+	}
+	return m
+}
+
+// codeVersion describes the tree the operator is built from: the commit and how many files outside the
+// benchmark differ from it.
+func codeVersion(repo string) string {
+	head, err := exec.Command("git", "-C", repo, "log", "-1", "--format=%h (%cd)", "--date=format:%Y-%m-%d %H:%M").Output()
+	if err != nil {
+		return "an unknown commit"
+	}
+	out := "commit " + strings.TrimSpace(string(head))
+	dirty, err := exec.Command("git", "-C", repo, "status", "--porcelain", "--", ".",
+		":(exclude)test/bench", ":(exclude)hack/bench.sh", ":(exclude)BENCHMARKS.md", ":(exclude)bin").Output()
+	if err == nil && len(strings.TrimSpace(string(dirty))) > 0 {
+		out += fmt.Sprintf(" plus %d uncommitted files", len(strings.Split(strings.TrimSpace(string(dirty)), "\n")))
+	}
+	return out
+}
+
+func procLine(path, key string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+func mib(b int64) string { return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20)) }
+
+func secs(s float64) string {
+	switch {
+	case s < 1:
+		return fmt.Sprintf("%.0f ms", s*1000)
+	default:
+		return fmt.Sprintf("%.2f s", s)
+	}
+}
+
+func thousands(n int) string {
+	s := strconv.Itoa(n)
+	if n < 0 {
+		return "-" + thousands(-n)
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func writeResult(c config, r *Result) error {
+	if c.jsonOut != "" {
+		b, err := json.MarshalIndent(r, "", "  ")
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.jsonOut, b, 0o644); err != nil {
+			return err
+		}
+	}
+	var w io.Writer = os.Stdout
+	if c.out != "" {
+		f, err := os.Create(c.out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	markdown(w, r)
+	return nil
+}
+
+func markdown(w io.Writer, r *Result) {
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p("### N = %s audited objects", thousands(r.Objects))
+	p("")
+	p("`%s` — %s; operator built from %s; %d CPUs (`nproc`), %s, %s; load average at start %s (other builds share the machine).",
+		r.Command, r.Machine.Date, r.Code, r.Machine.NProc, r.Machine.MemTotal, r.Machine.CPUModel, r.Machine.LoadAvg)
+	p("")
+	if r.Profiled {
+		p("*Profiling build of the operator (test/bench/profiled): numbers include the CPU profiler's overhead.*")
+		p("")
+	}
+	var kinds []string
+	for k, n := range r.Kinds {
+		kinds = append(kinds, fmt.Sprintf("%s %s", thousands(n), k))
+	}
+	sort.Strings(kinds)
+	p("Cluster: %s across %d namespaces (plus %d `Limits` param objects, audited against their CRD's schema); "+
+		"%d CRDs (widgets with rules in 2 served versions, gadgets with a rule, limits), %d ValidatingAdmissionPolicies with %d bindings "+
+		"(params from a ConfigMap and from a CRD, namespace and object selectors, a matchCondition, namespaceObject; "+
+		"[Deny], [Warn, Audit] and [Audit]). %s objects violate a rule. Created in %s (%.0f objects/s, %d goroutines).",
+		strings.Join(kinds, ", "), r.Namespaces, r.Namespaces, r.CRDs, r.VAPs, r.Bindings,
+		thousands(r.ViolatingObjects), secs(r.CreateSeconds), float64(r.Objects)/max(r.CreateSeconds, 1e-9), r.Concurrency)
+	p("")
+	p("| measure | value |")
+	p("| --- | --- |")
+	p("| `list`: one bare paginated LIST (limit 500, dynamic client) of all %s audited objects, median of 3 | %s (runs: %s) |",
+		thousands(r.ListObjects), secs(r.ListSeconds), joinSecs(r.ListRuns))
+	p("| `first-audit`: operator start to the last report event before 3 s of quiet | **%s** = **%.2f× list** (readyz `audit` ok after %s) |",
+		secs(r.FirstAuditSeconds), r.FirstAuditSeconds/max(r.ListSeconds, 1e-9), secs(r.ReadySeconds))
+	p("| operator CPU during the first audit (user + system) | %s |", secs(r.FirstAuditCPUSeconds))
+	match := "yes"
+	if !r.SummariesMatch {
+		match = "**NO**"
+	}
+	p("| summed report summaries equal the expected results | %s: %s results (pass %s, fail %s, warn %s, error %d, skip %d); expected %s (pass %s, fail %s, warn %s) |",
+		match, thousands(r.Summaries.total()), thousands(r.Summaries.Pass), thousands(r.Summaries.Fail), thousands(r.Summaries.Warn),
+		r.Summaries.Error, r.Summaries.Skip, thousands(r.Expected.total()), thousands(r.Expected.Pass), thousands(r.Expected.Fail), thousands(r.Expected.Warn))
+	p("| operator peak RSS (VmHWM) after the first audit / at the end | %s / %s (largest 100 ms VmRSS sample %s) |",
+		mib(r.AfterFirstAudit.HWM), mib(r.End.HWM), mib(r.End.SampledMax))
+	p("| same policies, no audited objects: VmHWM | %s (settled in %s) |", mib(r.Baseline.HWM), secs(r.BaselineSettleSeconds))
+	p("| bytes per audited object above the empty baseline (end VmHWM; after first audit) | **%.0f B**; %.0f B |", r.BytesPerObject, r.BytesPerObjectAfterFirstAudit)
+	p("| idle %s: report writes / LIST calls by the operator (audit log) / report events | %d / %d / %d (all clients, metrics: %d / %d) |", idleString(r),
+		r.OperatorRequests[phaseIdle].sum(writeVerbs, isReport), r.OperatorRequests[phaseIdle].sum([]string{"LIST"}, nil), r.IdleReportEvents,
+		r.Requests[phaseIdle].sum(writeVerbs, isReport), r.Requests[phaseIdle].sum([]string{"LIST"}, nil))
+	for _, f := range r.Flips {
+		p("| change-to-report latency, %d %s updates at %.1f/s flipping compliance for %s (update response to report event) | p50 **%s**, p99 **%s**, max %s (%d measured, %d never seen, %d failed; summaries match after: %v) |",
+			f.Count, f.Kind, f.AchievedRate, f.Policy, secs(f.P50), secs(f.P99), secs(f.Max), f.Measured, f.Unseen, f.Failed, f.SummariesMatch)
+	}
+	p("| policy edit (widget color expression; %d results change) to all reports updated | **%s** = %.2f× the widgets list (%s); summaries match: %v |",
+		r.Edit.ChangedResults, secs(r.Edit.Seconds), r.Edit.Ratio, secs(r.ListWidgetsSeconds), r.Edit.Matched)
+	p("| reports stored after the first audit / at the end: objects, JSON bytes, listed results | %d, %s B, %s / %d, %s B, %s |",
+		r.ReportsAfterFirstAudit.Count, thousands(r.ReportsAfterFirstAudit.Bytes), thousands(r.ReportsAfterFirstAudit.Listed),
+		r.ReportsEnd.Count, thousands(r.ReportsEnd.Bytes), thousands(r.ReportsEnd.Listed))
+	p("| operator CPU, whole run | %s |", secs(r.TotalCPUSeconds))
+	p("")
+	p("LIST time per resource (median run):")
+	p("")
+	p("| resource | seconds |")
+	p("| --- | --- |")
+	names := make([]string, 0, len(r.ListByResource))
+	for k := range r.ListByResource {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	for _, k := range names {
+		p("| %s | %.3f |", k, r.ListByResource[k])
+	}
+	p("")
+	p("API requests of the operator, by phase, from the API server's audit log (user `%s`; a WATCH is counted when it starts):", operatorUser)
+	p("")
+	requestTable(p, r, r.OperatorRequests)
+	p("")
+	p("API requests of all clients, by phase, from the API server's metrics (`apiserver_request_total` minus " +
+		"`apiserver_self_requests_total`, minus the harness's own requests in the window: the PATCHes of the update phases, " +
+		"the GET and PUT of the policy edit; the harness's report watches started before the first window; a WATCH is " +
+		"counted when it ends). What is not in the table above comes from the control plane's own clients:")
+	p("")
+	requestTable(p, r, r.Requests)
+	if len(r.Errors) > 0 {
+		p("")
+		p("Errors during the run:")
+		for _, e := range r.Errors {
+			p("- %s", e)
+		}
+	}
+	p("")
+}
+
+func requestTable(p func(string, ...any), r *Result, by map[string]requests) {
+	header, rule := "| verb resource |", "| --- |"
+	for _, ph := range r.Phases {
+		if ph == phaseIdle {
+			ph = "idle " + idleString(r)
+		}
+		header += " " + ph + " |"
+		rule += " --- |"
+	}
+	p("%s", header)
+	p("%s", rule)
+	all := requests{}
+	for _, rs := range by {
+		for k := range rs {
+			all[k] = 1
+		}
+	}
+	for _, k := range all.keys() {
+		row := "| " + k + " |"
+		for _, ph := range r.Phases {
+			row += " " + count(by[ph][k]) + " |"
+		}
+		p("%s", row)
+	}
+}
+
+func idleString(r *Result) string { return (time.Duration(r.IdleSeconds) * time.Second).String() }
+
+func count(v float64) string {
+	if v == 0 {
+		return ""
+	}
+	return strconv.Itoa(int(v + 0.5))
+}
+
+func joinSecs(v []float64) string {
+	s := make([]string, len(v))
+	for i, x := range v {
+		s[i] = fmt.Sprintf("%.2f", x)
+	}
+	return strings.Join(s, ", ") + " s"
+}
+
+// Goals.
+
+func readResults(files string) ([]*Result, error) {
+	var out []*Result
+	for _, f := range strings.Split(files, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		r := &Result{}
+		if err := json.Unmarshal(b, r); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Objects < out[j].Objects })
+	return out, nil
+}
+
+func writeGoals(c config) error {
+	rs, err := readResults(c.goals)
+	if err != nil {
+		return err
+	}
+	var w io.Writer = os.Stdout
+	if c.out != "" {
+		f, err := os.Create(c.out)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+	}
+	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	met := func(ok bool) string {
+		if ok {
+			return "met"
+		}
+		return "**not met**"
+	}
+	p("| goal | N | measured | verdict |")
+	p("| --- | --- | --- | --- |")
+	for _, r := range rs {
+		n := thousands(r.Objects)
+		ratio := r.FirstAuditSeconds / max(r.ListSeconds, 1e-9)
+		p("| first-audit <= 1.5× list | %s | %s / %s = %.2f× | %s |", n, secs(r.FirstAuditSeconds), secs(r.ListSeconds), ratio, met(ratio <= 1.5 && r.SummariesMatch))
+	}
+	for _, r := range rs {
+		n := thousands(r.Objects)
+		scope := ""
+		if r.Objects < 100000 {
+			scope = " (the goal is stated at 100,000)"
+		}
+		p("| RSS <= 1 KiB per audited object above the empty baseline | %s | (%s − %s) / %s = %.0f B%s | %s |",
+			n, mib(r.End.HWM), mib(r.Baseline.HWM), n, r.BytesPerObject, scope, met(r.Baseline.HWM > 0 && r.BytesPerObject <= 1024))
+	}
+	for _, r := range rs {
+		writes := r.OperatorRequests[phaseIdle].sum(writeVerbs, isReport)
+		lists := r.OperatorRequests[phaseIdle].sum([]string{"LIST"}, nil)
+		p("| zero report writes and no LIST calls while idle (%s) | %s | operator: %d report writes, %d LISTs (all clients: %d, %d) | %s |",
+			idleString(r), thousands(r.Objects), writes, lists, r.Requests[phaseIdle].sum(writeVerbs, isReport),
+			r.Requests[phaseIdle].sum([]string{"LIST"}, nil), met(r.OperatorRequests != nil && writes == 0 && lists == 0))
+	}
+	for _, r := range rs {
+		for _, f := range r.Flips {
+			ok := f.Measured > 0 && f.P99 < 2 && f.Unseen == 0 && f.Failed == 0
+			p("| change-to-report p99 < 2 s at 50 changes/s | %s | %s updates (%s): p99 %s, p50 %s over %d updates at %.1f/s, %d never seen | %s |",
+				thousands(r.Objects), f.Kind, f.Policy, secs(f.P99), secs(f.P50), f.Count, f.AchievedRate, f.Unseen, met(ok))
+		}
+	}
+	for _, r := range rs {
+		p("| policy edit to complete reports within 2× list of the affected kinds | %s | %s / %s (widgets) = %.2f× | %s |",
+			thousands(r.Objects), secs(r.Edit.Seconds), secs(r.ListWidgetsSeconds), r.Edit.Ratio, met(r.Edit.Matched && r.Edit.Ratio <= 2))
+	}
+	return nil
+}
+
+// Micro benchmarks.
+
+var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
+
+func writeMicro(c config) error {
+	f, err := os.Open(c.micro)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	type stat struct{ ns, bytes, allocs []float64 }
+	stats := map[string]*stat{}
+	var order []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		s := stats[m[1]]
+		if s == nil {
+			s = &stat{}
+			stats[m[1]] = s
+			order = append(order, m[1])
+		}
+		ns, _ := strconv.ParseFloat(m[2], 64)
+		b, _ := strconv.ParseFloat(m[3], 64)
+		a, _ := strconv.ParseFloat(m[4], 64)
+		s.ns, s.bytes, s.allocs = append(s.ns, ns), append(s.bytes, b), append(s.allocs, a)
+	}
+	if err := sc.Err(); err != nil {
+		return err
+	}
+	med := func(v []float64) float64 {
+		v = slices.Clone(v)
+		slices.Sort(v)
+		if len(v) == 0 {
+			return 0
+		}
+		return v[len(v)/2]
+	}
+	floorOf := map[string]string{
+		"CRDRule/pass": "CELFloor/self/pass", "CRDRule/fail": "CELFloor/self/fail",
+		"VAPValidation/pass": "CELFloor/object/pass", "VAPValidation/fail": "CELFloor/object/fail",
+	}
+	var w io.Writer = os.Stdout
+	if c.out != "" {
+		o, err := os.Create(c.out)
+		if err != nil {
+			return err
+		}
+		defer o.Close()
+		w = o
+	}
+	fmt.Fprintln(w, "| benchmark (one rule, one object) | ns/op (median) | B/op | allocs/op | × bare cel-go |")
+	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
+	for _, name := range order {
+		s := stats[name]
+		ratio := "1 (floor)"
+		if fl, ok := floorOf[name]; ok && stats[fl] != nil {
+			ratio = fmt.Sprintf("%.0f× (%s)", med(s.ns)/med(stats[fl].ns), fl)
+		}
+		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s |\n", name, thousands(int(med(s.ns)+0.5)), thousands(int(med(s.bytes)+0.5)), med(s.allocs), ratio)
+	}
+	return nil
+}

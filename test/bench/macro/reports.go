@@ -1,0 +1,210 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/report"
+)
+
+var (
+	policyReportsGVR        = v1alpha2.GroupVersion.WithResource("policyreports")
+	clusterPolicyReportsGVR = v1alpha2.GroupVersion.WithResource("clusterpolicyreports")
+)
+
+// listedKey is one listed result: the policy and the object it is about.
+type listedKey struct {
+	policy, kind, name string
+}
+
+// reportState is what the harness keeps of one report.
+type reportState struct {
+	namespace string
+	summary   counts
+	listed    map[listedKey]string // -> verdict
+	bytes     int
+}
+
+// reports follows celaudit's reports through one long watch per report kind, started before any measured
+// window so that it costs no request inside one. Every event is timestamped on arrival.
+type reports struct {
+	mu        sync.Mutex
+	byName    map[string]*reportState // namespace/name; cluster reports under "/name"
+	totals    counts
+	lastEvent time.Time
+	events    int
+	listeners []func(ns string, at time.Time)
+	errs      []error
+}
+
+func newReports() *reports { return &reports{byName: map[string]*reportState{}} }
+
+// watch starts the watches; they end with ctx.
+func (r *reports) watch(ctx context.Context, dyn dynamic.Interface) error {
+	timeout := int64((3 * time.Hour).Seconds())
+	for _, gvr := range []schema.GroupVersionResource{policyReportsGVR, clusterPolicyReportsGVR} {
+		w, err := dyn.Resource(gvr).Watch(ctx, metav1.ListOptions{
+			LabelSelector:  report.ManagedByLabel + "=" + report.ManagedByValue,
+			TimeoutSeconds: &timeout,
+		})
+		if err != nil {
+			return fmt.Errorf("watching %s: %w", gvr.Resource, err)
+		}
+		go r.follow(ctx, gvr, w)
+	}
+	return nil
+}
+
+func (r *reports) follow(ctx context.Context, gvr schema.GroupVersionResource, w watch.Interface) {
+	defer w.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				if ctx.Err() == nil {
+					r.fail(fmt.Errorf("watch of %s ended early: measurements after this point miss report events", gvr.Resource))
+				}
+				return
+			}
+			r.handle(ev, time.Now())
+		}
+	}
+}
+
+func (r *reports) fail(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.errs = append(r.errs, err)
+}
+
+func (r *reports) handle(ev watch.Event, at time.Time) {
+	u, ok := ev.Object.(*unstructured.Unstructured)
+	if !ok {
+		if ev.Type == watch.Error {
+			r.fail(fmt.Errorf("report watch error: %v", ev.Object))
+		}
+		return
+	}
+	raw, err := json.Marshal(u.Object)
+	if err != nil {
+		r.fail(fmt.Errorf("encoding report: %w", err))
+		return
+	}
+	var rep v1alpha2.PolicyReport // the cluster report has the same summary and results
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &rep); err != nil {
+		r.fail(fmt.Errorf("decoding report %s: %w", u.GetName(), err))
+		return
+	}
+	st := &reportState{
+		namespace: u.GetNamespace(),
+		summary:   counts{Pass: rep.Summary.Pass, Fail: rep.Summary.Fail, Warn: rep.Summary.Warn, Error: rep.Summary.Error, Skip: rep.Summary.Skip},
+		listed:    map[listedKey]string{},
+		bytes:     len(raw),
+	}
+	for _, res := range rep.Results {
+		k := listedKey{policy: res.Policy}
+		if len(res.Resources) > 0 {
+			k.kind, k.name = res.Resources[0].Kind, res.Resources[0].Name
+		}
+		st.listed[k] = string(res.Result)
+	}
+	key := u.GetNamespace() + "/" + u.GetName()
+
+	r.mu.Lock()
+	if old := r.byName[key]; old != nil {
+		r.totals.sub(old.summary)
+	}
+	if ev.Type == watch.Deleted {
+		delete(r.byName, key)
+	} else {
+		r.byName[key] = st
+		r.totals.add(st.summary)
+	}
+	if ev.Type != watch.Bookmark {
+		r.lastEvent = at
+		r.events++
+	}
+	listeners := append([]func(string, time.Time){}, r.listeners...)
+	r.mu.Unlock()
+	for _, l := range listeners {
+		l(u.GetNamespace(), at)
+	}
+}
+
+// onEvent registers f, called after each report event with the report's namespace.
+func (r *reports) onEvent(f func(ns string, at time.Time)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.listeners = append(r.listeners, f)
+}
+
+// snapshot returns the summed summaries, the time of the last event and the number of events so far.
+func (r *reports) snapshot() (counts, time.Time, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.totals, r.lastEvent, r.events
+}
+
+// listed returns the verdict listed for the object in namespace ns by policy, across all of the
+// namespace's report chunks, or "" when none is listed.
+func (r *reports) listed(ns string, k listedKey) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range r.byName {
+		if st.namespace != ns {
+			continue
+		}
+		if v, ok := st.listed[k]; ok {
+			return v
+		}
+	}
+	return ""
+}
+
+// size returns the number of reports and the sum of their JSON sizes, and how many results they list.
+func (r *reports) size() (n, bytes, listed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range r.byName {
+		n++
+		bytes += st.bytes
+		listed += len(st.listed)
+	}
+	return n, bytes, listed
+}
+
+func (r *reports) errors() []error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]error(nil), r.errs...)
+}
+
+// waitSettled waits until ready() holds, the summed summaries equal want and no report event arrived for
+// quiet. It returns the time of the last event (the moment the reports reached their final state) and whether
+// the summaries matched; on timeout it returns the state it has.
+func (r *reports) waitSettled(ctx context.Context, ready func() bool, want counts, quiet, timeout time.Duration) (last time.Time, got counts, matched bool) {
+	deadline := time.Now().Add(timeout)
+	for {
+		got, last, _ = r.snapshot()
+		if ready() && got == want && !last.IsZero() && time.Since(last) >= quiet {
+			return last, got, true
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return last, got, false
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,623 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+// cluster is a prepared control plane.
+type cluster struct {
+	env        *envtestutil.Env
+	client     client.Client
+	dyn        dynamic.Interface
+	metrics    apiMetrics
+	kubeconfig string
+	auditLog   string
+	windows    []window
+	objects    []*object
+	model      model
+	reports    *reports
+	cancel     context.CancelFunc
+}
+
+// prepare starts a control plane and stores the cluster of n objects: CRDs without rules, namespaces,
+// params and objects, then the CRD rules and the policies (so that violating objects could be stored).
+func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error) {
+	env, auditLog, err := startEnv(filepath.Join(c.workdir, fmt.Sprintf("apiserver-%d", n)))
+	if err != nil {
+		return nil, err
+	}
+	cl := &cluster{env: env, auditLog: auditLog, model: model{namespaces: c.namespaces}}
+	ok := false
+	defer func() {
+		if !ok {
+			cl.stop()
+		}
+	}()
+	cfg := rest.CopyConfig(env.Config)
+	cfg.QPS, cfg.Burst = 10000, 20000
+	if cl.client, err = client.New(cfg, client.Options{Scheme: env.Client.Scheme()}); err != nil {
+		return nil, err
+	}
+	if cl.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cl.metrics = apiMetrics{client: cs.CoreV1().RESTClient()}
+	user, err := env.AddUser(envtest.User{Name: "celaudit", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, fmt.Errorf("adding the operator's user: %w", err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	cl.kubeconfig = filepath.Join(c.workdir, fmt.Sprintf("kubeconfig-%d", n))
+	if err := os.WriteFile(cl.kubeconfig, kc, 0o600); err != nil {
+		return nil, err
+	}
+
+	if err := setupCluster(ctx, cl.client, c.namespaces); err != nil {
+		return nil, err
+	}
+	cl.objects = plan(n, c.namespaces)
+	if n > 0 {
+		logf("creating %d objects with %d goroutines", n, c.concurrency)
+		took, err := createAll(ctx, cl.client, cl.objects, c.concurrency)
+		if err != nil {
+			return nil, err
+		}
+		res.CreateSeconds = took.Seconds()
+		logf("created %d objects in %s (%.0f/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
+	}
+	if err := tighten(ctx, cl.client); err != nil {
+		return nil, err
+	}
+	if res.VAPs, res.Bindings, err = installPolicies(ctx, cl.client); err != nil {
+		return nil, err
+	}
+	res.CRDs = 3
+	// Policies and CRD rule changes take effect in the API server asynchronously; nothing below writes an
+	// object they could reject until the flip phase, which writes compliant values only.
+	wctx, cancel := context.WithCancel(ctx)
+	cl.cancel = cancel
+	cl.reports = newReports()
+	if err := cl.reports.watch(wctx, cl.dyn); err != nil {
+		return nil, err
+	}
+	ok = true
+	return cl, nil
+}
+
+// mark records a measured window, from start to now.
+func (cl *cluster) mark(phase string, start time.Time) {
+	cl.windows = append(cl.windows, window{Phase: phase, Start: start, End: time.Now()})
+}
+
+func (cl *cluster) stop() {
+	if cl.cancel != nil {
+		cl.cancel()
+	}
+	if err := cl.env.Stop(); err != nil {
+		logf("stopping control plane: %v", err)
+	}
+}
+
+func operatorArgs(c config) []string {
+	return strings.Fields(c.operatorFlags)
+}
+
+// runBaseline measures the operator's memory with every policy installed and no audited objects.
+func runBaseline(ctx context.Context, c config, res *Result) error {
+	cl, err := prepare(ctx, c, 0, &Result{})
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	want, _ := cl.model.expected(nil)
+	op, err := startOperator(c.bin, cl.kubeconfig, filepath.Join(c.workdir, "operator-baseline.log"), operatorArgs(c), strings.Fields(c.operatorEnv))
+	if err != nil {
+		return err
+	}
+	defer op.stop()
+	ready, _ := op.readyPoller(ctx)
+	last, got, matched := cl.reports.waitSettled(ctx, ready, want, 3*time.Second, 5*time.Minute)
+	if !matched {
+		return fmt.Errorf("baseline reports did not settle: summaries %+v, want %+v; %w", got, want, op.running())
+	}
+	res.BaselineSettleSeconds = last.Sub(op.started).Seconds()
+	time.Sleep(10 * time.Second) // let the first watches and caches reach their steady state
+	m, err := op.memory()
+	if err != nil {
+		return err
+	}
+	res.Baseline = m
+	logf("baseline settled in %.1fs, VmHWM %s", res.BaselineSettleSeconds, mib(m.HWM))
+	return nil
+}
+
+// audited are the resources whose objects the audit reads, each object once (widgets at their storage
+// version); the audit also reads widgets as v1beta1 because the CRD's rules are evaluated per served version.
+func auditedResources() []schema.GroupVersionResource {
+	return []schema.GroupVersionResource{widget.resource(), gadget.resource(), configMap.resource(), deployment.resource(), limitsGVR}
+}
+
+// listTimes lists each resource, all namespaces, limit 500, and returns the wall time and object count of each.
+func listTimes(ctx context.Context, dyn dynamic.Interface, gvrs []schema.GroupVersionResource) (map[string]float64, int, error) {
+	out := map[string]float64{}
+	total := 0
+	for _, gvr := range gvrs {
+		start := time.Now()
+		opts := metav1.ListOptions{Limit: 500}
+		for {
+			page, err := dyn.Resource(gvr).List(ctx, opts)
+			if err != nil {
+				return nil, 0, fmt.Errorf("listing %s: %w", gvr, err)
+			}
+			total += len(page.Items)
+			if page.GetContinue() == "" {
+				break
+			}
+			opts.Continue = page.GetContinue()
+		}
+		out[resourceName(gvr)] = time.Since(start).Seconds()
+	}
+	return out, total, nil
+}
+
+func resourceName(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}
+
+func sumValues(m map[string]float64) float64 {
+	s := 0.0
+	for _, v := range m {
+		s += v
+	}
+	return s
+}
+
+// measureList times three bare LISTs of all audited objects and keeps the median.
+func measureList(ctx context.Context, cl *cluster, res *Result) error {
+	var runs []map[string]float64
+	for range 3 {
+		m, n, err := listTimes(ctx, cl.dyn, auditedResources())
+		if err != nil {
+			return err
+		}
+		res.ListObjects = n
+		runs = append(runs, m)
+		res.ListRuns = append(res.ListRuns, sumValues(m))
+	}
+	order := []int{0, 1, 2}
+	sort.Slice(order, func(i, j int) bool { return res.ListRuns[order[i]] < res.ListRuns[order[j]] })
+	median := runs[order[1]]
+	res.ListSeconds = res.ListRuns[order[1]]
+	res.ListByResource = median
+	res.ListWidgetsSeconds = median[resourceName(widget.resource())]
+	v1beta1, _, err := listTimes(ctx, cl.dyn, []schema.GroupVersionResource{widgetsV1beta1})
+	if err != nil {
+		return err
+	}
+	res.ListByResource[resourceName(widgetsV1beta1)+" (not in list)"] = v1beta1[resourceName(widgetsV1beta1)]
+	return nil
+}
+
+func runMain(ctx context.Context, c config, res *Result) error {
+	cl, err := prepare(ctx, c, c.objects, res)
+	if err != nil {
+		return err
+	}
+	defer cl.stop()
+	for _, o := range cl.objects {
+		res.Kinds = addKind(res.Kinds, o.kind.String())
+	}
+	want, violating := cl.model.expected(cl.objects)
+	res.Expected, res.ViolatingObjects = want, violating
+
+	logf("timing the bare LIST")
+	if err := measureList(ctx, cl, res); err != nil {
+		return err
+	}
+	logf("list: %.2fs for %d objects (runs %v)", res.ListSeconds, res.ListObjects, res.ListRuns)
+
+	// Requests of clients other than the API server itself, with nobody running: the subtraction leaves none.
+	b0, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	time.Sleep(10 * time.Second)
+	b1, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	cl.mark(phaseBackground, start)
+	res.Requests = map[string]requests{}
+	res.Requests[phaseBackground] = delta(b0, b1)
+	res.Phases = []string{phaseBackground, phaseFirstAudit, phaseIdle}
+
+	// First audit.
+	m0, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	bin, args := c.bin, operatorArgs(c)
+	if c.profile != "" {
+		bin = filepath.Join(c.workdir, "celaudit-profiled")
+		// Segment 1: the first audit; 2: the Deployment updates; 3: the ConfigMap updates.
+		args = append(args, "--cpuprofile="+filepath.Join(c.profile, fmt.Sprintf("cpu-%d", c.objects)),
+			"--heapprofile="+filepath.Join(c.profile, fmt.Sprintf("heap-%d", c.objects)))
+	}
+	op, err := startOperator(bin, cl.kubeconfig, filepath.Join(c.workdir, fmt.Sprintf("operator-%d.log", c.objects)), args, strings.Fields(c.operatorEnv))
+	if err != nil {
+		return err
+	}
+	defer op.stop()
+	ready, readyAt := op.readyPoller(ctx)
+	logf("operator started (pid %d, log %s)", op.cmd.Process.Pid, op.log.Name())
+	last, got, matched := cl.reports.waitSettled(ctx, func() bool { return ready() && op.running() == nil }, want, 3*time.Second, c.auditTimeout)
+	if err := op.running(); err != nil {
+		return err
+	}
+	res.FirstAuditSeconds = last.Sub(op.started).Seconds()
+	if !readyAt().IsZero() {
+		res.ReadySeconds = readyAt().Sub(op.started).Seconds()
+	}
+	res.Summaries, res.SummariesMatch = got, matched
+	if cpu, err := op.cpu(); err == nil {
+		res.FirstAuditCPUSeconds = cpu.Seconds()
+	}
+	if res.AfterFirstAudit, err = op.memory(); err != nil {
+		return err
+	}
+	res.ReportsAfterFirstAudit.Count, res.ReportsAfterFirstAudit.Bytes, res.ReportsAfterFirstAudit.Listed = cl.reports.size()
+	m1, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	cl.mark(phaseFirstAudit, start)
+	res.Requests[phaseFirstAudit] = delta(m0, m1)
+	if c.profile != "" {
+		_ = op.cmd.Process.Signal(syscall.SIGUSR1)
+	}
+	logf("first audit: %.2fs (ready %.2fs), summaries %+v, match %v", res.FirstAuditSeconds, res.ReadySeconds, got, matched)
+	if !matched {
+		return fmt.Errorf("the reports never reflected every object: summed summaries %+v, want %+v", got, want)
+	}
+
+	// Idle.
+	logf("idle for %s", c.idle)
+	_, _, eventsBefore := cl.reports.snapshot()
+	i0, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	start = time.Now()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(c.idle):
+	}
+	i1, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	_, _, eventsAfter := cl.reports.snapshot()
+	cl.mark(phaseIdle, start)
+	res.Requests[phaseIdle] = delta(i0, i1)
+	res.IdleReportEvents = eventsAfter - eventsBefore
+	logf("idle: %d report events, %d report writes, %d LISTs", res.IdleReportEvents,
+		res.Requests[phaseIdle].sum(writeVerbs, isReport), res.Requests[phaseIdle].sum([]string{"LIST"}, nil))
+
+	// Change-to-report latency: Deployments (a policy whose param kind is a CRD) and ConfigMaps (a policy
+	// whose param kind is ConfigMap, the kind being changed).
+	for _, k := range []kind{deployment, configMap} {
+		if c.profile != "" {
+			_ = op.cmd.Process.Signal(syscall.SIGUSR1)
+		}
+		err := measureFlips(ctx, c, cl, res, k)
+		if c.profile != "" {
+			_ = op.cmd.Process.Signal(syscall.SIGUSR1)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	// Policy edit.
+	if err := measureEdit(ctx, cl, res); err != nil {
+		return err
+	}
+
+	if err := op.running(); err != nil {
+		return err
+	}
+	if cpu, err := op.cpu(); err == nil {
+		res.TotalCPUSeconds = cpu.Seconds()
+	}
+	if res.End, err = op.memory(); err != nil {
+		return err
+	}
+	res.ReportsEnd.Count, res.ReportsEnd.Bytes, res.ReportsEnd.Listed = cl.reports.size()
+	if c.objects > 0 && res.Baseline.HWM > 0 {
+		res.BytesPerObject = float64(res.End.HWM-res.Baseline.HWM) / float64(c.objects)
+		res.BytesPerObjectAfterFirstAudit = float64(res.AfterFirstAudit.HWM-res.Baseline.HWM) / float64(c.objects)
+	}
+	time.Sleep(time.Second) // let the API server write its last audit events
+	if res.OperatorRequests, err = operatorRequests(cl.auditLog, cl.windows); err != nil {
+		return fmt.Errorf("reading the audit log: %w", err)
+	}
+	for _, e := range cl.reports.errors() {
+		res.Errors = append(res.Errors, e.Error())
+	}
+	return nil
+}
+
+func addKind(m map[string]int, k string) map[string]int {
+	if m == nil {
+		m = map[string]int{}
+	}
+	m[k]++
+	return m
+}
+
+// flip is one update of the change-to-report phase.
+type flip struct {
+	obj        *object
+	wantListed bool
+	patch      []byte
+	resp       time.Time
+	seen       time.Time // first report event showing the new state
+	err        error
+}
+
+// flipper says how updates of one kind move objects between compliant and violating, under a policy whose
+// bindings are [Warn, Audit] or [Audit] so that the API server admits both states.
+type flipper struct {
+	policy    string
+	candidate func(*object) bool
+	// apply changes the model and returns the merge patch and whether the object is now listed.
+	apply func(*object) ([]byte, bool)
+}
+
+var flippers = map[kind]flipper{
+	configMap: {
+		policy:    cmSizePolicy,
+		candidate: func(o *object) bool { return o.violation == none || o.violation == vCMSize },
+		apply: func(o *object) ([]byte, bool) {
+			if o.cmSize > paramCMMax {
+				o.cmSize = 2
+			} else {
+				o.cmSize = 99
+			}
+			return []byte(fmt.Sprintf(`{"data":{"size":"%d"}}`, o.cmSize)), o.cmSize > paramCMMax
+		},
+	},
+	deployment: {
+		policy:    labelsPolicy,
+		candidate: func(o *object) bool { return o.violation == none || o.violation == vDeployLabels },
+		apply: func(o *object) ([]byte, bool) {
+			o.noApp = !o.noApp
+			if o.noApp {
+				return []byte(`{"metadata":{"labels":{"app":null}}}`), true
+			}
+			return []byte(fmt.Sprintf(`{"metadata":{"labels":{"app":%q}}}`, o.name())), false
+		},
+	},
+}
+
+// measureFlips updates objects of kind k at the flip rate, each update moving the object between compliant
+// and violating, and times the report event that shows each new state.
+func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kind) error {
+	fl := flippers[k]
+	var candidates []*object
+	for _, o := range cl.objects {
+		if o.kind == k && fl.candidate(o) && len(candidates) < c.flips {
+			candidates = append(candidates, o)
+		}
+	}
+	if len(candidates) == 0 {
+		return nil
+	}
+	phase := fmt.Sprintf("%d %s updates", len(candidates), k)
+	logf("change-to-report: %s at %.0f/s", phase, c.flipRate)
+	var mu sync.Mutex
+	pending := map[string][]*flip{} // namespace -> flips not yet seen
+	active := true
+	cl.reports.onEvent(func(ns string, at time.Time) {
+		mu.Lock()
+		defer mu.Unlock()
+		if !active {
+			return
+		}
+		rest := pending[ns][:0]
+		for _, f := range pending[ns] {
+			listed := cl.reports.listed(ns, listedKey{policy: fl.policy, kind: k.String(), name: f.obj.name()}) != ""
+			if listed == f.wantListed {
+				f.seen = at
+				continue
+			}
+			rest = append(rest, f)
+		}
+		pending[ns] = rest
+	})
+	defer func() {
+		mu.Lock()
+		active = false
+		mu.Unlock()
+	}()
+
+	f0, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	windowStart := time.Now()
+	flips := make([]*flip, 0, len(candidates))
+	tick := time.NewTicker(time.Duration(float64(time.Second) / c.flipRate))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, o := range candidates {
+		<-tick.C
+		f := &flip{obj: o}
+		f.patch, f.wantListed = fl.apply(o)
+		flips = append(flips, f)
+		mu.Lock()
+		pending[nsName(o.ns)] = append(pending[nsName(o.ns)], f)
+		mu.Unlock()
+		var target client.Object = &corev1.ConfigMap{}
+		if k == deployment {
+			target = &appsv1.Deployment{}
+		}
+		target.SetNamespace(nsName(o.ns))
+		target.SetName(o.name())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			err := cl.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, f.patch))
+			mu.Lock()
+			f.resp, f.err = time.Now(), err
+			mu.Unlock()
+		}()
+	}
+	tick.Stop()
+	wg.Wait()
+	out := FlipResult{Kind: k.String(), Policy: fl.policy, Count: len(flips), AchievedRate: float64(len(flips)) / time.Since(start).Seconds()}
+
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		mu.Lock()
+		left := 0
+		for _, fs := range pending {
+			left += len(fs)
+		}
+		mu.Unlock()
+		if left == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	want, _ := cl.model.expected(cl.objects)
+	_, got, matched := cl.reports.waitSettled(ctx, func() bool { return true }, want, 3*time.Second, 2*time.Minute)
+	out.SummariesMatch = matched
+	f1, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	patched := "PATCH configmaps"
+	if k == deployment {
+		patched = "PATCH apps/deployments"
+	}
+	cl.mark(phase, windowStart)
+	res.Requests[phase] = delta(f0, f1).minus(map[string]float64{patched: float64(len(flips))})
+	res.Phases = append(res.Phases, phase)
+
+	mu.Lock()
+	defer mu.Unlock()
+	var lat []float64
+	for _, f := range flips {
+		switch {
+		case f.err != nil:
+			out.Failed++
+			if len(out.FailedSample) < 3 {
+				out.FailedSample = append(out.FailedSample, f.err.Error())
+			}
+		case f.seen.IsZero():
+			out.Unseen++
+		default:
+			lat = append(lat, max(0, f.seen.Sub(f.resp).Seconds()))
+		}
+	}
+	slices.Sort(lat)
+	if len(lat) > 0 {
+		out.P50 = quantile(lat, 0.50)
+		out.P99 = quantile(lat, 0.99)
+		out.Max = lat[len(lat)-1]
+	}
+	out.Measured = len(lat)
+	res.Flips = append(res.Flips, out)
+	logf("change-to-report %s: p50 %.3fs p99 %.3fs max %.3fs, %d unseen, %d failed, summaries match %v (%+v)",
+		k, out.P50, out.P99, out.Max, out.Unseen, out.Failed, matched, got)
+	return nil
+}
+
+// quantile returns the q-quantile of sorted values (nearest rank).
+func quantile(sorted []float64, q float64) float64 {
+	i := int(q*float64(len(sorted))+0.999999) - 1
+	return sorted[max(0, min(i, len(sorted)-1))]
+}
+
+// measureEdit widens the widget color policy's expression (purple becomes allowed) and times until every
+// report shows it.
+func measureEdit(ctx context.Context, cl *cluster, res *Result) error {
+	e0, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	windowStart := time.Now()
+	p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	if err := cl.client.Get(ctx, client.ObjectKey{Name: colorPolicy}, p); err != nil {
+		return err
+	}
+	p.Spec.Validations[0].Expression = colorExpression(true)
+	if err := cl.client.Update(ctx, p); err != nil {
+		return fmt.Errorf("editing %s: %w", colorPolicy, err)
+	}
+	edited := time.Now()
+	cl.model.purpleAllowed = true
+	want, _ := cl.model.expected(cl.objects)
+	for _, o := range cl.objects {
+		if o.violation == vWidgetColor {
+			res.Edit.ChangedResults++
+		}
+	}
+	last, got, matched := cl.reports.waitSettled(ctx, func() bool {
+		_, l, _ := cl.reports.snapshot()
+		return l.After(edited)
+	}, want, 3*time.Second, 10*time.Minute)
+	res.Edit.Matched = matched
+	res.Edit.Seconds = last.Sub(edited).Seconds()
+	if res.ListWidgetsSeconds > 0 {
+		res.Edit.Ratio = res.Edit.Seconds / res.ListWidgetsSeconds
+	}
+	e1, err := cl.metrics.scrape(ctx)
+	if err != nil {
+		return err
+	}
+	cl.mark(phaseEdit, windowStart)
+	res.Phases = append(res.Phases, phaseEdit)
+	res.Requests[phaseEdit] = delta(e0, e1).minus(map[string]float64{
+		"GET admissionregistration.k8s.io/validatingadmissionpolicies": 1,
+		"PUT admissionregistration.k8s.io/validatingadmissionpolicies": 1,
+	})
+	logf("policy edit: %.2fs (%.1fx the widgets list), match %v (%+v)", res.Edit.Seconds, res.Edit.Ratio, matched, got)
+	return nil
+}
