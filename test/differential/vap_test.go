@@ -976,7 +976,7 @@ type vapCase struct {
 func loadVAPGroups(dir string) ([]*vapGroup, error) {
 	paths, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
 	if err != nil || len(paths) == 0 {
-		return nil, fmt.Errorf("no fixtures in %s: %v", dir, err)
+		return nil, fmt.Errorf("no fixtures in %s: %w", dir, err)
 	}
 	var out []*vapGroup
 	names := map[string]string{}
