@@ -85,7 +85,7 @@ func TestCRDValidationMatchesAPIServer(t *testing.T) {
 	fixtures := loadFixtures(t, filepath.Join("testdata", "crd"))
 	dyn := newDynamicClient(t)
 
-	total := &tally{}
+	total := &tally[counts]{}
 	t.Cleanup(func() {
 		got := total.get()
 		if subtestFiltered() {
@@ -133,7 +133,7 @@ func TestFixtureCoverage(t *testing.T) {
 
 // runFixture installs the fixture's CRD, compiles the audit policy from the CRD as the apiserver
 // returns it (defaulted), and compares every object, version by version.
-func runFixture(t *testing.T, dyn dynamic.Interface, fx *fixture, total *tally) {
+func runFixture(t *testing.T, dyn dynamic.Interface, fx *fixture, total *tally[counts]) {
 	ctx := t.Context()
 	crd := createCRD(t, fx.crd)
 	policy := crdrules.Compile(crd, crdrules.Options{})
@@ -515,18 +515,18 @@ func (c counts) String() string {
 }
 
 // tally accumulates counts from fixtures running in parallel.
-type tally struct {
+type tally[T any] struct {
 	mu sync.Mutex
-	c  counts
+	c  T
 }
 
-func (tl *tally) add(f func(*counts)) {
+func (tl *tally[T]) add(f func(*T)) {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	f(&tl.c)
 }
 
-func (tl *tally) get() counts {
+func (tl *tally[T]) get() T {
 	tl.mu.Lock()
 	defer tl.mu.Unlock()
 	return tl.c

@@ -90,7 +90,7 @@ func TestVAPMatchesAPIServer(t *testing.T) {
 	}
 	cl := newVAPClients(t)
 
-	total := &vapTally{}
+	total := &tally[vapCounts]{}
 	t.Cleanup(func() {
 		got := total.get()
 		if vapSubtestsFiltered() {
@@ -158,7 +158,7 @@ func newVAPClients(t *testing.T) *vapClients {
 }
 
 // runVAPGroup installs one file and compares each of its objects.
-func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *vapTally) {
+func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCounts]) {
 	ctx := t.Context()
 
 	for _, crd := range g.crds {
@@ -920,24 +920,6 @@ type vapCounts struct {
 func (c vapCounts) String() string {
 	return fmt.Sprintf("%d scenarios (%d denied, %d admitted; %d denial messages not compared, the audit not evaluating their messageExpression)",
 		c.scenarios, c.denied, c.admitted, c.uncompared)
-}
-
-// vapTally accumulates counts from files running in parallel.
-type vapTally struct {
-	mu sync.Mutex
-	c  vapCounts
-}
-
-func (tl *vapTally) add(f func(*vapCounts)) {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	f(&tl.c)
-}
-
-func (tl *vapTally) get() vapCounts {
-	tl.mu.Lock()
-	defer tl.mu.Unlock()
-	return tl.c
 }
 
 // vapGroup is one file of testdata/vap.
