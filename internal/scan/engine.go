@@ -79,6 +79,7 @@ type Engine struct {
 	mu       sync.Mutex
 	ctx      context.Context
 	policies map[string]audit.Policy
+	byGVR    map[schema.GroupVersionResource][]audit.Policy // sorted by key; replaced, never modified
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
 }
@@ -94,6 +95,7 @@ func New(client dynamic.Interface, sink Sink, log logr.Logger, opts Options) *En
 		pages:    make(chan struct{}, opts.PagesInFlight),
 		released: make(chan struct{}),
 		policies: map[string]audit.Policy{},
+		byGVR:    map[schema.GroupVersionResource][]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
 	}
 	if opts.Released {
@@ -138,12 +140,14 @@ func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
 	want := map[schema.GroupVersionResource]bool{}
 	for _, gvr := range p.Resources() {
 		want[gvr] = true
+		e.indexLocked(gvr, key, p)
 	}
 	had := map[schema.GroupVersionResource]bool{}
 	if old != nil {
 		for _, gvr := range old.Resources() {
 			had[gvr] = true
 			if !want[gvr] {
+				e.indexLocked(gvr, key, nil)
 				e.sink.DeletePolicy(key, gvr)
 				e.releaseLocked(gvr)
 			}
@@ -173,6 +177,7 @@ func (e *Engine) RemovePolicy(key string) {
 	delete(e.policies, key)
 	e.sink.DeletePolicy(key, schema.GroupVersionResource{})
 	for _, gvr := range p.Resources() {
+		e.indexLocked(gvr, key, nil)
 		e.releaseLocked(gvr)
 	}
 }
@@ -225,24 +230,44 @@ func (e *Engine) Resources() []schema.GroupVersionResource {
 	return out
 }
 
-// policiesFor returns the policies covering gvr, restricted to keys when keys is not nil.
+// policiesFor returns the policies covering gvr, sorted by key, restricted to keys when keys is not nil. It
+// runs for every watch event, so it reads the index rather than asking every policy for its resources. The
+// unrestricted slice is shared: callers must not modify it.
 func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys map[string]bool) []audit.Policy {
 	e.mu.Lock()
 	defer e.mu.Unlock()
+	all := e.byGVR[gvr]
+	if keys == nil {
+		return all
+	}
 	var out []audit.Policy
-	for key, p := range e.policies {
-		if keys != nil && !keys[key] {
-			continue
-		}
-		for _, r := range p.Resources() {
-			if r == gvr {
-				out = append(out, p)
-				break
-			}
+	for _, p := range all {
+		if keys[p.Key()] {
+			out = append(out, p)
 		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Key() < out[j].Key() })
 	return out
+}
+
+// indexLocked records that p covers gvr under key, or that key no longer does when p is nil. Slices are
+// replaced, never modified, since policiesFor hands them out.
+func (e *Engine) indexLocked(gvr schema.GroupVersionResource, key string, p audit.Policy) {
+	cur := e.byGVR[gvr]
+	next := make([]audit.Policy, 0, len(cur)+1)
+	for _, x := range cur {
+		if x.Key() != key {
+			next = append(next, x)
+		}
+	}
+	if p != nil {
+		next = append(next, p)
+		sort.Slice(next, func(i, j int) bool { return next[i].Key() < next[j].Key() })
+	}
+	if len(next) == 0 {
+		delete(e.byGVR, gvr)
+		return
+	}
+	e.byGVR[gvr] = next
 }
 
 func (e *Engine) startLocked(w *watcher) {
@@ -260,12 +285,8 @@ func (e *Engine) startLocked(w *watcher) {
 
 // releaseLocked stops the watcher of gvr when no policy covers it any more.
 func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
-	for _, p := range e.policies {
-		for _, r := range p.Resources() {
-			if r == gvr {
-				return
-			}
-		}
+	if len(e.byGVR[gvr]) > 0 {
+		return
 	}
 	if w := e.watchers[gvr]; w != nil {
 		delete(e.watchers, gvr)

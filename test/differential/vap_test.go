@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -93,7 +92,7 @@ func TestVAPMatchesAPIServer(t *testing.T) {
 	total := &tally[vapCounts]{}
 	t.Cleanup(func() {
 		got := total.get()
-		if vapSubtestsFiltered() {
+		if subtestFiltered() {
 			t.Logf("coverage not checked, subtests are filtered: %s", got)
 			return
 		}
@@ -894,20 +893,6 @@ func sortedUnique(s []string) []string {
 	out := slices.Clone(s)
 	sort.Strings(out)
 	return slices.Compact(out)
-}
-
-// vapSubtestsFiltered reports whether -run or -skip selects only some subtests, in which case the
-// totals are partial.
-func vapSubtestsFiltered() bool {
-	for _, name := range []string{"test.run", "test.skip"} {
-		if f := flag.Lookup(name); f != nil {
-			v := f.Value.String()
-			if name == "test.skip" && v != "" || strings.Contains(v, "/") {
-				return true
-			}
-		}
-	}
-	return false
 }
 
 // vapCounts is what the comparison covered.

@@ -185,15 +185,11 @@ func writeResult(c config, r *Result) error {
 			return err
 		}
 	}
-	var w io.Writer = os.Stdout
-	if c.out != "" {
-		f, err := os.Create(c.out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
+	w, closeOut, err := openOutput(c.out)
+	if err != nil {
+		return err
 	}
+	defer closeOut()
 	markdown(w, r)
 	return nil
 }
@@ -356,15 +352,11 @@ func writeGoals(c config) error {
 	if err != nil {
 		return err
 	}
-	var w io.Writer = os.Stdout
-	if c.out != "" {
-		f, err := os.Create(c.out)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		w = f
+	w, closeOut, err := openOutput(c.out)
+	if err != nil {
+		return err
 	}
+	defer closeOut()
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	met := func(ok bool) string {
 		if ok {
@@ -454,15 +446,11 @@ func writeMicro(c config) error {
 		"CRDRule/pass": "CELFloor/self/pass", "CRDRule/fail": "CELFloor/self/fail",
 		"VAPValidation/pass": "CELFloor/object/pass", "VAPValidation/fail": "CELFloor/object/fail",
 	}
-	var w io.Writer = os.Stdout
-	if c.out != "" {
-		o, err := os.Create(c.out)
-		if err != nil {
-			return err
-		}
-		defer o.Close()
-		w = o
+	w, closeOut, err := openOutput(c.out)
+	if err != nil {
+		return err
 	}
+	defer closeOut()
 	fmt.Fprintln(w, "| benchmark (one rule, one object) | ns/op (median) | B/op | allocs/op | × bare cel-go |")
 	fmt.Fprintln(w, "| --- | --- | --- | --- | --- |")
 	for _, name := range order {
@@ -474,4 +462,16 @@ func writeMicro(c config) error {
 		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s |\n", name, thousands(int(med(s.ns)+0.5)), thousands(int(med(s.bytes)+0.5)), med(s.allocs), ratio)
 	}
 	return nil
+}
+
+// openOutput returns the file at path for writing, or standard output when path is empty, and how to close it.
+func openOutput(path string) (io.Writer, func(), error) {
+	if path == "" {
+		return os.Stdout, func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating %s: %w", path, err)
+	}
+	return f, func() { _ = f.Close() }, nil
 }
