@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"flag"
 	"fmt"
 	"net/http"
@@ -51,6 +52,7 @@ type Options struct {
 	MaxResultsPerReport  int
 	MaxReportBytes       int
 	ReportCoalesce       time.Duration
+	ReportWorkers        int
 	ExcludeCRDGroups     string
 	PprofAddr            string
 	SkipControllerChecks bool // tests start several managers in one process
@@ -69,6 +71,7 @@ func DefaultOptions() Options {
 		ReportVerdicts:   "fail,warn,error,skip",
 		MaxReportBytes:   report.DefaultMaxReportBytes,
 		ReportCoalesce:   time.Second,
+		ReportWorkers:    8,
 		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
 	}
 }
@@ -95,6 +98,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many results; 0 splits by size only.")
 	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
 	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Least time between two writes of a namespace's reports; a change is written at once, later ones within this time are batched.")
+	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; writes wait on the API server, not the CPU.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
 }
@@ -170,13 +174,17 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("adding readiness check: %w", err)
 	}
 
-	dyn, err := dynamic.NewForConfig(cfg)
+	dyn, err := dynamic.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
 	if err != nil {
 		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
+	reader, err := scan.NewClient(cfg, mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("creating the audit client: %w", err)
+	}
 	notifier := NewNotifier()
 	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(verdicts, audit.Pass)))
-	engine := scan.New(dyn, store, ctrl.Log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
+	engine := scan.New(reader, store, ctrl.Log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
 	if err := mgr.Add(engine); err != nil {
 		return nil, fmt.Errorf("adding scan engine: %w", err)
 	}
@@ -192,6 +200,11 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	refresher := &Refresher{Discovery: resources, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
 	if err := mgr.Add(refresher); err != nil {
 		return nil, fmt.Errorf("adding discovery refresher: %w", err)
+	}
+
+	namespaces, err := newCachedNamespaces(context.Background(), mgr.GetCache())
+	if err != nil {
+		return nil, err
 	}
 
 	excluded := map[string]bool{}
@@ -217,7 +230,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Client:     mgr.GetClient(),
 		Registry:   engine,
 		Discovery:  resources,
-		Namespaces: cachedNamespaces{reader: mgr.GetCache()},
+		Namespaces: namespaces,
 		Resync:     o.ResyncPeriod,
 		Gate:       gate,
 	}
@@ -263,7 +276,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Coalesce:   o.ReportCoalesce,
 		Writes:     writes,
 		Rescanning: func() bool { return !engine.Synced() },
-	}).SetupWithManager(mgr, ctrlOpts); err != nil {
+	}).SetupWithManager(mgr, controllerOptions(Options{Workers: o.ReportWorkers, SkipControllerChecks: o.SkipControllerChecks})); err != nil {
 		return nil, fmt.Errorf("setting up report controller: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("audit", func(*http.Request) error {

@@ -12,7 +12,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/results"
@@ -67,7 +66,7 @@ func (o *Options) defaults() {
 
 // Engine runs the watchers of every resource some policy covers.
 type Engine struct {
-	client dynamic.Interface
+	client Client
 	sink   Sink
 	opts   Options
 	log    logr.Logger
@@ -85,7 +84,7 @@ type Engine struct {
 }
 
 // New returns an engine that reads with client and writes results to sink. Call Start to run it.
-func New(client dynamic.Interface, sink Sink, log logr.Logger, opts Options) *Engine {
+func New(client Client, sink Sink, log logr.Logger, opts Options) *Engine {
 	opts.defaults()
 	e := &Engine{
 		client:   client,

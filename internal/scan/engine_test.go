@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
@@ -107,7 +106,11 @@ func startEngine(t *testing.T, cfg *rest.Config, opts scan.Options) (*scan.Engin
 	t.Helper()
 	store := results.NewStore(nil)
 	opts.Released = true
-	engine := scan.New(dynamic.NewForConfigOrDie(cfg), store, logr.Discard(), opts)
+	client, err := scan.NewClient(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := scan.New(client, store, logr.Discard(), opts)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {

@@ -213,7 +213,6 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	e := w.engine
 	every := e.policiesFor(w.gvr, nil)
 	only := e.policiesFor(w.gvr, rescan)
-	ri := e.client.Resource(w.gvr)
 	seen := map[types.UID]bool{}
 	opts := metav1.ListOptions{Limit: e.opts.PageSize}
 	var listRV string
@@ -223,15 +222,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		var (
-			page *unstructured.UnstructuredList
-			err  error
-		)
-		if namespace == "" {
-			page, err = ri.List(ctx, opts)
-		} else {
-			page, err = ri.Namespace(namespace).List(ctx, opts)
-		}
+		page, err := e.client.List(ctx, w.gvr, namespace, opts)
 		if err != nil {
 			<-e.pages
 			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
@@ -320,7 +311,7 @@ func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timeout := int64(w.engine.opts.WatchTimeout / time.Second)
-	wi, err := w.engine.client.Resource(w.gvr).Watch(wctx, metav1.ListOptions{
+	wi, err := w.engine.client.Watch(wctx, w.gvr, metav1.ListOptions{
 		ResourceVersion:     w.lastRV,
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,

@@ -9,7 +9,8 @@ import (
 )
 
 // NamespaceGetter returns a namespace by name, as a client-go namespace lister does. A missing namespace must be
-// reported with an apierrors NotFound error: the apiserver's namespaceSelector matching depends on it.
+// reported with an apierrors NotFound error: the apiserver's namespaceSelector matching depends on it. The
+// evaluation only reads the namespace, so a getter may hand out a shared cached object, as listers do.
 type NamespaceGetter interface {
 	Get(name string) (*corev1.Namespace, error)
 }

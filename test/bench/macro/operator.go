@@ -155,25 +155,7 @@ func (o *operator) memory() (memory, error) {
 }
 
 // cpu returns the CPU time (user + system) the operator used so far.
-func (o *operator) cpu() (time.Duration, error) {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(o.cmd.Process.Pid), "stat"))
-	if err != nil {
-		return 0, err
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected stat %q", s)
-	}
-	fields := strings.Fields(s[i+1:])
-	// After the command: state(0) ... utime(11) stime(12), in clock ticks (100 per second on Linux).
-	if len(fields) < 13 {
-		return 0, fmt.Errorf("unexpected stat %q", s)
-	}
-	u, _ := strconv.ParseInt(fields[11], 10, 64)
-	st, _ := strconv.ParseInt(fields[12], 10, 64)
-	return time.Duration(u+st) * 10 * time.Millisecond, nil
-}
+func (o *operator) cpu() (time.Duration, error) { return procCPU(strconv.Itoa(o.cmd.Process.Pid)) }
 
 // ready reports whether the operator's readiness endpoint, which includes the first-audit check, passes.
 func (o *operator) ready() bool {

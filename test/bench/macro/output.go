@@ -40,13 +40,18 @@ type Result struct {
 	ListObjects        int
 	ListByResource     map[string]float64
 	ListWidgetsSeconds float64
+	// CPU seconds of the median list run: the control plane serving it, the harness decoding it.
+	ListControlPlaneCPUSeconds float64
+	ListClientCPUSeconds       float64
 
 	FirstAuditSeconds    float64
 	ReadySeconds         float64
 	FirstAuditCPUSeconds float64
-	TotalCPUSeconds      float64
-	Summaries            counts
-	SummariesMatch       bool
+	// CPU seconds of the control plane from operator start until the first audit settled.
+	FirstAuditControlPlaneCPUSeconds float64
+	TotalCPUSeconds                  float64
+	Summaries                        counts
+	SummariesMatch                   bool
 
 	Baseline                      memory
 	BaselineSettleSeconds         float64
@@ -224,6 +229,14 @@ func markdown(w io.Writer, r *Result) {
 	p("| `first-audit`: operator start to the last report event before 3 s of quiet | **%s** = **%.2f× list** (readyz `audit` ok after %s) |",
 		secs(r.FirstAuditSeconds), r.FirstAuditSeconds/max(r.ListSeconds, 1e-9), secs(r.ReadySeconds))
 	p("| operator CPU during the first audit (user + system) | %s |", secs(r.FirstAuditCPUSeconds))
+	if r.ListControlPlaneCPUSeconds > 0 {
+		p("| CPU of the median `list` run: control plane (kube-apiserver + etcd) / listing client | %s / %s |",
+			secs(r.ListControlPlaneCPUSeconds), secs(r.ListClientCPUSeconds))
+	}
+	if r.FirstAuditControlPlaneCPUSeconds > 0 {
+		p("| control plane CPU from operator start until the first audit settled (includes the 3 s of quiet) | %s |",
+			secs(r.FirstAuditControlPlaneCPUSeconds))
+	}
 	match := "yes"
 	if !r.SummariesMatch {
 		match = "**NO**"

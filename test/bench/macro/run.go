@@ -207,12 +207,18 @@ func sumValues(m map[string]float64) float64 {
 
 // measureList times three bare LISTs of all audited objects and keeps the median.
 func measureList(ctx context.Context, cl *cluster, res *Result) error {
-	var runs []map[string]float64
+	var (
+		runs []map[string]float64
+		cpu  [][2]float64
+	)
 	for range 3 {
+		meter := startCPU()
 		m, n, err := listTimes(ctx, cl.dyn, auditedResources())
 		if err != nil {
 			return err
 		}
+		cp, self := meter.stop()
+		cpu = append(cpu, [2]float64{cp, self})
 		res.ListObjects = n
 		runs = append(runs, m)
 		res.ListRuns = append(res.ListRuns, sumValues(m))
@@ -222,6 +228,7 @@ func measureList(ctx context.Context, cl *cluster, res *Result) error {
 	median := runs[order[1]]
 	res.ListSeconds = res.ListRuns[order[1]]
 	res.ListByResource = median
+	res.ListControlPlaneCPUSeconds, res.ListClientCPUSeconds = cpu[order[1]][0], cpu[order[1]][1]
 	res.ListWidgetsSeconds = median[resourceName(widget.resource())]
 	v1beta1, _, err := listTimes(ctx, cl.dyn, []schema.GroupVersionResource{widgetsV1beta1})
 	if err != nil {
@@ -271,6 +278,7 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		return err
 	}
 	start = time.Now()
+	cpMeter := startCPU()
 	bin, args := c.bin, operatorArgs(c)
 	if c.profile != "" {
 		bin = filepath.Join(c.workdir, "celaudit-profiled")
@@ -297,6 +305,7 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	if cpu, err := op.cpu(); err == nil {
 		res.FirstAuditCPUSeconds = cpu.Seconds()
 	}
+	res.FirstAuditControlPlaneCPUSeconds, _ = cpMeter.stop()
 	if res.AfterFirstAudit, err = op.memory(); err != nil {
 		return err
 	}
