@@ -71,7 +71,7 @@ func DefaultOptions() Options {
 		ReportVerdicts:   "fail,warn,error,skip",
 		MaxReportBytes:   report.DefaultMaxReportBytes,
 		ReportCoalesce:   time.Second,
-		ReportWorkers:    8,
+		ReportWorkers:    runtime.NumCPU(),
 		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
 	}
 }
@@ -98,7 +98,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many results; 0 splits by size only.")
 	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
 	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Least time between two writes of a namespace's reports; a change is written at once, later ones within this time are batched.")
-	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; writes wait on the API server, not the CPU.")
+	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; each write costs the API server CPU in proportion to the report's size.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
 }

@@ -52,11 +52,17 @@ type client struct {
 }
 
 func (c *client) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-	data, err := c.rest.Get().AbsPath(resourcePath(gvr, namespace)...).
+	res := c.rest.Get().AbsPath(resourcePath(gvr, namespace)...).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
-		Do(ctx).Raw()
+		Do(ctx)
+	// Error, unlike Raw, decodes the Status the API server sent (forbidden, expired, ...): callers test it
+	// with apierrors and report its message.
+	if err := res.Error(); err != nil {
+		return nil, err
+	}
+	data, err := res.Raw()
 	if err != nil {
-		return nil, err // callers test it with apierrors, then wrap it
+		return nil, err
 	}
 	list, err := decodeList(data)
 	if err != nil {

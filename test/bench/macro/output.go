@@ -94,6 +94,8 @@ type FlipResult struct {
 	AchievedRate                    float64
 	P50, P99, Max                   float64
 	SummariesMatch                  bool
+	// CPU seconds from the first update until the last report event was seen, and that window's length.
+	WindowSeconds, OperatorCPU, ControlPlaneCPU, HarnessCPU float64
 }
 
 // Machine describes where the benchmark ran.
@@ -254,6 +256,11 @@ func markdown(w io.Writer, r *Result) {
 	for _, f := range r.Flips {
 		p("| change-to-report latency, %d %s updates at %.1f/s flipping compliance for %s (update response to report event) | p50 **%s**, p99 **%s**, max %s (%d measured, %d never seen, %d failed; summaries match after: %v) |",
 			f.Count, f.Kind, f.AchievedRate, f.Policy, secs(f.P50), secs(f.P99), secs(f.Max), f.Measured, f.Unseen, f.Failed, f.SummariesMatch)
+		if f.WindowSeconds > 0 {
+			p("| CPU while the %d %s updates were applied and reported (%s): operator / control plane / harness | %s / %s / %s (%.0f%% of %d cores) |",
+				f.Count, f.Kind, secs(f.WindowSeconds), secs(f.OperatorCPU), secs(f.ControlPlaneCPU), secs(f.HarnessCPU),
+				100*(f.OperatorCPU+f.ControlPlaneCPU+f.HarnessCPU)/(f.WindowSeconds*float64(max(r.Machine.NProc, 1))), r.Machine.NProc)
+		}
 	}
 	p("| policy edit (widget color expression; %d results change) to all reports updated | **%s** = %.2f× the widgets list (%s); summaries match: %v |",
 		r.Edit.ChangedResults, secs(r.Edit.Seconds), r.Edit.Ratio, secs(r.ListWidgetsSeconds), r.Edit.Matched)

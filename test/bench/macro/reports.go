@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/report"
@@ -51,37 +52,48 @@ type reports struct {
 func newReports() *reports { return &reports{byName: map[string]*reportState{}} }
 
 // watch starts the watches; they end with ctx.
+// watch follows the managed reports with an informer, so that a watch the API server closes (a slow
+// consumer during a burst of report writes, a timeout) resumes from the last resourceVersion instead of
+// losing events.
 func (r *reports) watch(ctx context.Context, dyn dynamic.Interface) error {
-	timeout := int64((3 * time.Hour).Seconds())
+	selector := report.ManagedByLabel + "=" + report.ManagedByValue
 	for _, gvr := range []schema.GroupVersionResource{policyReportsGVR, clusterPolicyReportsGVR} {
-		w, err := dyn.Resource(gvr).Watch(ctx, metav1.ListOptions{
-			LabelSelector:  report.ManagedByLabel + "=" + report.ManagedByValue,
-			TimeoutSeconds: &timeout,
-		})
-		if err != nil {
-			return fmt.Errorf("watching %s: %w", gvr.Resource, err)
+		ri := dyn.Resource(gvr)
+		lw := &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+				opts.LabelSelector = selector
+				return ri.List(ctx, opts)
+			},
+			WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+				opts.LabelSelector = selector
+				return ri.Watch(ctx, opts)
+			},
 		}
-		go r.follow(ctx, gvr, w)
+		event := func(t watch.EventType) func(obj interface{}) {
+			return func(obj interface{}) {
+				if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+					obj = d.Obj
+				}
+				if o, ok := obj.(runtime.Object); ok {
+					r.handle(watch.Event{Type: t, Object: o}, time.Now())
+				}
+			}
+		}
+		_, inf := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: lw,
+			ObjectType:    &unstructured.Unstructured{},
+			Handler: cache.ResourceEventHandlerFuncs{
+				AddFunc:    event(watch.Added),
+				UpdateFunc: func(_, obj interface{}) { event(watch.Modified)(obj) },
+				DeleteFunc: event(watch.Deleted),
+			},
+		})
+		go inf.RunWithContext(ctx)
+		if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+			return fmt.Errorf("watching %s: %w", gvr.Resource, ctx.Err())
+		}
 	}
 	return nil
-}
-
-func (r *reports) follow(ctx context.Context, gvr schema.GroupVersionResource, w watch.Interface) {
-	defer w.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				if ctx.Err() == nil {
-					r.fail(fmt.Errorf("watch of %s ended early: measurements after this point miss report events", gvr.Resource))
-				}
-				return
-			}
-			r.handle(ev, time.Now())
-		}
-	}
 }
 
 func (r *reports) fail(err error) {

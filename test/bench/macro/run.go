@@ -354,7 +354,7 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		if c.profile != "" {
 			_ = op.cmd.Process.Signal(syscall.SIGUSR1)
 		}
-		err := measureFlips(ctx, c, cl, res, k)
+		err := measureFlips(ctx, c, cl, res, k, op.cpu)
 		if c.profile != "" {
 			_ = op.cmd.Process.Signal(syscall.SIGUSR1)
 		}
@@ -446,7 +446,7 @@ var flippers = map[kind]flipper{
 
 // measureFlips updates objects of kind k at the flip rate, each update moving the object between compliant
 // and violating, and times the report event that shows each new state.
-func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kind) error {
+func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kind, opCPU func() (time.Duration, error)) error {
 	fl := flippers[k]
 	var candidates []*object
 	for _, o := range cl.objects {
@@ -490,6 +490,8 @@ func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kin
 		return err
 	}
 	windowStart := time.Now()
+	meter := startCPU()
+	op0, _ := opCPU()
 	flips := make([]*flip, 0, len(candidates))
 	tick := time.NewTicker(time.Duration(float64(time.Second) / c.flipRate))
 	var wg sync.WaitGroup
@@ -533,6 +535,11 @@ func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kin
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+	out.WindowSeconds = time.Since(windowStart).Seconds()
+	out.ControlPlaneCPU, out.HarnessCPU = meter.stop()
+	if op1, err := opCPU(); err == nil {
+		out.OperatorCPU = (op1 - op0).Seconds()
 	}
 	want, _ := cl.model.expected(cl.objects)
 	_, got, matched := cl.reports.waitSettled(ctx, func() bool { return true }, want, 3*time.Second, 2*time.Minute)
