@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -25,7 +26,7 @@ import (
 // ResultSource gives the current results of one namespace ("" for cluster-scoped objects): those kept
 // whole, and the number of passes kept only as a count.
 type ResultSource interface {
-	NamespaceCounted(namespace string) (results []audit.Result, passes int)
+	NamespaceCounted(namespace string) (results []audit.Result, passes map[types.UID]int)
 }
 
 // ReportReconciler keeps the PolicyReports of one namespace (or the ClusterPolicyReports) equal to the
@@ -76,7 +77,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	results, passes := r.Results.NamespaceCounted(req.Namespace)
-	desired := report.BuildCounted(results, map[string]int{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
+	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
 		r.mu.Lock()

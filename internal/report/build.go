@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -9,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -139,15 +141,18 @@ func resultOf(index int) v1alpha2.PolicyResult {
 type entry struct {
 	res     *audit.Result
 	id      string
-	verdict int // verdictIndex of the published result
+	verdict int  // verdictIndex of the published result
+	count   int  // results the entry stands for: 1, or the number of counted passes (see BuildCounted)
+	counted bool // counted passes: never listed
 	listed  bool
 	size    int // estimated serialized size of out, when listed
 	out     v1alpha2.PolicyReportResult
+	bucket  uint32 // hash of the object, which picks its chunk when a namespace is split
 }
 
 // Build returns the reports that publish results: one PolicyReport per namespace holding namespaced
 // objects and one ClusterPolicyReport for cluster-scoped objects, each split into chunks named
-// ChunkName(0), ChunkName(1), ... so that none grows past the size limits of opts.
+// ChunkName(i) so that none grows past the size limits of opts (see chunk).
 //
 // previous maps the result IDs already published to their timestamps (see PreviousTimestamps): a result
 // keeps the timestamp of when it last changed, and results not published before are stamped with now,
@@ -157,28 +162,60 @@ type entry struct {
 // Results with equal IDs (the same verdict with the same message for the same rule on the same object) are
 // published once.
 func Build(results []audit.Result, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
+	return build(results, nil, previous, now, opts)
+}
+
+// CountedPasses are passes known only by their number: namespace ("" for cluster-scoped objects) -> object
+// UID -> passes of that object that are not listed.
+type CountedPasses map[string]map[types.UID]int
+
+// BuildCounted is Build for results whose passes are partly only counted (see CountedPasses). Passes that are
+// not listed carry nothing but their number, and a namespace holds thousands of them: counting them keeps a
+// report write proportional to the results it lists. Each object's counted passes are summed in the report
+// that holds the object's other results, so a change to one object still touches one report.
+func BuildCounted(results []audit.Result, passes CountedPasses, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
+	return build(results, passes, previous, now, opts)
+}
+
+func build(results []audit.Result, passes CountedPasses, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
 	s := opts.settings()
 	nowTS := metav1.Timestamp{Seconds: now.Unix()}
 
-	entries := make([]entry, len(results))
-	sorted := make([]*entry, len(results))
-	for i := range results {
+	counted := make([]audit.Result, 0, len(passes))
+	counts := make([]int, 0, len(passes))
+	for ns, byUID := range passes {
+		for uid, n := range byUID {
+			if n > 0 {
+				counted = append(counted, audit.Result{Verdict: audit.Pass, Resource: audit.ObjectRef{Namespace: ns, UID: uid}})
+				counts = append(counts, n)
+			}
+		}
+	}
+	entries := make([]entry, len(results)+len(counted))
+	sorted := make([]*entry, len(entries))
+	for i := range entries {
 		e := &entries[i]
-		e.res = &results[i]
-		idx, known := verdictIndex(results[i].Verdict)
+		e.count = 1
+		if i < len(results) {
+			e.res = &results[i]
+		} else {
+			e.res, e.count, e.counted = &counted[i-len(results)], counts[i-len(results)], true
+		}
+		idx, known := verdictIndex(e.res.Verdict)
 		if !known {
 			// Only the five verdicts of the API may be published; anything else is a defect of a rule
 			// source, shown as an error rather than hidden.
 			idx = idxError
 		}
 		e.verdict = idx
+		e.bucket = objectHash(&e.res.Resource)
 		sorted[i] = e
 	}
 	slices.SortFunc(sorted, compareEntries)
 	sorted = dedupe(sorted)
 
 	for _, e := range sorted {
-		if !s.list[e.verdict] {
+		if !s.list[e.verdict] || e.counted {
 			continue
 		}
 		e.listed = true
@@ -196,6 +233,9 @@ func Build(results []audit.Result, previous map[string]metav1.Timestamp, now tim
 			end++
 		}
 		for i, c := range chunk(sorted[start:end], s) {
+			if len(c) == 0 {
+				continue
+			}
 			summary, listed := c.contents()
 			if ns == "" {
 				out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
@@ -359,13 +399,56 @@ func jsonSize(r *v1alpha2.PolicyReportResult) int {
 // reportChunk is the run of sorted entries one report owns, listed or not.
 type reportChunk []*entry
 
-// chunk splits the sorted entries of one namespace into reports. It walks every entry, listed or not, and
-// starts a new chunk at a listed entry that would push the current chunk past the count or byte limit;
-// unlisted entries belong to the chunk they fall in. A result too large on its own still gets a chunk.
+// chunk splits the sorted entries of one namespace into reports; chunk i becomes the report named
+// ChunkName(i), and empty chunks are not written. A namespace that fits the limits gets one report. Past them,
+// each object's entries go to the chunk its hash selects, among the fewest chunks (a power of two) that all
+// fit: a change to one object then rewrites one chunk, not every chunk after it, and an API server write
+// costs in proportion to the size of the object written. When no such split exists (one object's results
+// alone exceed the limits) the entries are cut into consecutive runs, so that every result still gets
+// published; a result too large on its own then gets a chunk of its own.
 func chunk(entries []*entry, s settings) []reportChunk {
-	// size counts the brackets of the results array once and each result with its separator, which is
-	// exactly the length of the serialized array.
-	const emptyArray = 1
+	if fits(entries, s) {
+		return []reportChunk{entries}
+	}
+	listed := 0
+	for _, e := range entries {
+		if e.listed {
+			listed++
+		}
+	}
+	for k := 2; k <= 4*listed; k *= 2 {
+		chunks := make([]reportChunk, k)
+		for _, e := range entries {
+			i := e.bucket & uint32(k-1)
+			chunks[i] = append(chunks[i], e)
+		}
+		if !slices.ContainsFunc(chunks, func(c reportChunk) bool { return !fits(c, s) }) {
+			return chunks
+		}
+	}
+	return runs(entries, s)
+}
+
+// fits reports whether the entries' listed results fit one report.
+func fits(entries []*entry, s settings) bool {
+	count, size := 0, emptyArray
+	for _, e := range entries {
+		if e.listed {
+			count++
+			size += e.size
+		}
+	}
+	return (s.maxResults <= 0 || count <= s.maxResults) && (s.maxReportBytes <= 0 || size <= s.maxReportBytes)
+}
+
+// emptyArray is the size of an empty results array. Counting it once and each result with its separator
+// gives exactly the length of the serialized array.
+const emptyArray = 1
+
+// runs cuts the entries into consecutive chunks. It walks every entry, listed or not, and starts a new chunk
+// at a listed entry that would push the current chunk past the count or byte limit; unlisted entries belong
+// to the chunk they fall in.
+func runs(entries []*entry, s settings) []reportChunk {
 	var chunks []reportChunk
 	start, count, size := 0, 0, emptyArray
 	for i, e := range entries {
@@ -384,12 +467,24 @@ func chunk(entries []*entry, s settings) []reportChunk {
 	return append(chunks, entries[start:])
 }
 
+// objectHash picks an object's chunk. It hashes the UID, which never changes for an object, and for results
+// without one (a resource that cannot be read) what identifies the object instead.
+func objectHash(r *audit.ObjectRef) uint32 {
+	h := fnv.New32a()
+	if r.UID != "" {
+		_, _ = h.Write([]byte(r.UID))
+	} else {
+		_, _ = h.Write([]byte(r.APIVersion + "/" + r.Kind + "/" + r.Name))
+	}
+	return h.Sum32()
+}
+
 // contents returns the summary of every entry of the chunk and the results it lists.
 func (c reportChunk) contents() (v1alpha2.PolicyReportSummary, []v1alpha2.PolicyReportResult) {
 	var counts [numVerdicts]int
 	n := 0
 	for _, e := range c {
-		counts[e.verdict]++
+		counts[e.verdict] += e.count
 		if e.listed {
 			n++
 		}
@@ -410,44 +505,4 @@ func (c reportChunk) contents() (v1alpha2.PolicyReportSummary, []v1alpha2.Policy
 		Error: counts[idxError],
 		Skip:  counts[idxSkip],
 	}, listed
-}
-
-// BuildCounted is Build for results whose passes are partly only counted: passes[ns] more passes on objects
-// of namespace ns ("" for cluster-scoped objects) are added to the summary of that namespace's first report.
-// Passes that are not listed carry nothing but their number, and a namespace holds thousands of them:
-// counting them keeps a report write proportional to the results it lists.
-func BuildCounted(results []audit.Result, passes map[string]int, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
-	out := Build(results, previous, now, opts)
-	namespaces := make([]string, 0, len(passes))
-	for ns, n := range passes {
-		if n > 0 {
-			namespaces = append(namespaces, ns)
-		}
-	}
-	slices.Sort(namespaces)
-	for _, ns := range namespaces {
-		n := passes[ns]
-		if ns == "" {
-			if i := slices.IndexFunc(out.ClusterPolicyReports, func(r v1alpha2.ClusterPolicyReport) bool { return r.Name == ChunkName(0) }); i >= 0 {
-				out.ClusterPolicyReports[i].Summary.Pass += n
-				continue
-			}
-			out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
-				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
-				ObjectMeta: metav1.ObjectMeta{Name: ChunkName(0), Labels: managedLabels()},
-				Summary:    v1alpha2.PolicyReportSummary{Pass: n},
-			})
-			continue
-		}
-		if i := slices.IndexFunc(out.PolicyReports, func(r v1alpha2.PolicyReport) bool { return r.Namespace == ns && r.Name == ChunkName(0) }); i >= 0 {
-			out.PolicyReports[i].Summary.Pass += n
-			continue
-		}
-		out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
-			TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
-			ObjectMeta: metav1.ObjectMeta{Name: ChunkName(0), Namespace: ns, Labels: managedLabels()},
-			Summary:    v1alpha2.PolicyReportSummary{Pass: n},
-		})
-	}
-	return out
 }

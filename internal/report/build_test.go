@@ -2,6 +2,7 @@ package report
 
 import (
 	"encoding/json"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -409,25 +410,26 @@ func TestBuildChunks(t *testing.T) {
 		name    string
 		results []audit.Result
 		opts    Options
-		// wantReports is the exact number of reports; 0 asks for several, each full (see assertFull).
+		// wantReports is the exact number of reports; 0 asks for at least minReports.
 		wantReports int
+		minReports  int
 		// maxListed and maxBytes bound every chunk's results; 0 skips the check.
 		maxListed int
 		maxBytes  int
 	}{
 		{
-			name:        "10,000 violations, 1,000 per report",
-			results:     manyResults("team-a", 10_000),
-			opts:        Options{MaxResultsPerReport: 1000},
-			wantReports: 10,
-			maxListed:   1000,
+			name:       "10,000 violations, 1,000 per report",
+			results:    manyResults("team-a", 10_000),
+			opts:       Options{MaxResultsPerReport: 1000},
+			minReports: 10,
+			maxListed:  1000,
 		},
 		{
-			name:        "count limit with passes interleaved",
-			results:     manyResults("team-a", 1000, audit.Pass, audit.Fail, audit.Pass, audit.Warn),
-			opts:        Options{MaxResultsPerReport: 100},
-			wantReports: 5,
-			maxListed:   100,
+			name:       "count limit with passes interleaved",
+			results:    manyResults("team-a", 1000, audit.Pass, audit.Fail, audit.Pass, audit.Warn),
+			opts:       Options{MaxResultsPerReport: 100},
+			minReports: 5,
+			maxListed:  100,
 		},
 		{
 			name: "byte limit",
@@ -438,8 +440,9 @@ func TestBuildChunks(t *testing.T) {
 				}
 				return rs
 			}(),
-			opts:     Options{MaxReportBytes: 100_000},
-			maxBytes: 100_000,
+			opts:       Options{MaxReportBytes: 100_000},
+			minReports: 16,
+			maxBytes:   100_000,
 		},
 		{
 			name: "default byte limit keeps reports under the object size limit",
@@ -450,7 +453,8 @@ func TestBuildChunks(t *testing.T) {
 				}
 				return rs
 			}(),
-			maxBytes: DefaultMaxReportBytes,
+			minReports: 31,
+			maxBytes:   DefaultMaxReportBytes,
 		},
 		{
 			name:        "a result larger than the limit gets a report of its own",
@@ -464,6 +468,12 @@ func TestBuildChunks(t *testing.T) {
 			opts:        Options{MaxResultsPerReport: 10},
 			wantReports: 1,
 		},
+		{
+			name:        "what fits stays in one report",
+			results:     manyResults("team-a", 100),
+			opts:        Options{MaxResultsPerReport: 100},
+			wantReports: 1,
+		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -471,15 +481,16 @@ func TestBuildChunks(t *testing.T) {
 			switch {
 			case tt.wantReports > 0 && len(got.PolicyReports) != tt.wantReports:
 				t.Fatalf("got %d reports, want %d", len(got.PolicyReports), tt.wantReports)
-			case tt.wantReports == 0 && len(got.PolicyReports) < 2:
-				t.Fatalf("got %d reports, want several", len(got.PolicyReports))
-			case tt.wantReports == 0:
-				assertFull(t, got.PolicyReports, tt.maxBytes)
+			case len(got.PolicyReports) < tt.minReports:
+				t.Fatalf("got %d reports, want at least %d", len(got.PolicyReports), tt.minReports)
 			}
-			for i, rep := range got.PolicyReports {
-				if rep.Name != ChunkName(i) {
-					t.Errorf("report %d named %q, want %q", i, rep.Name, ChunkName(i))
+			last := -1
+			for _, rep := range got.PolicyReports {
+				i := chunkIndex(t, rep.Name)
+				if i <= last {
+					t.Errorf("report %s follows chunk %d", rep.Name, last)
 				}
+				last = i
 				if tt.maxListed > 0 && len(rep.Results) > tt.maxListed {
 					t.Errorf("report %s lists %d results, limit %d", rep.Name, len(rep.Results), tt.maxListed)
 				}
@@ -505,25 +516,58 @@ func TestBuildChunks(t *testing.T) {
 	}
 }
 
-// assertFull checks that chunks are filled greedily: every report but the last would have gone over the
-// byte limit with the first result of the next one.
-func assertFull(t *testing.T, reports []v1alpha2.PolicyReport, maxBytes int) {
+// chunkIndex returns i for a report named ChunkName(i).
+func chunkIndex(t *testing.T, name string) int {
 	t.Helper()
-	size := func(r v1alpha2.PolicyReportResult) int {
-		b, err := json.Marshal(r)
-		if err != nil {
-			t.Fatal(err)
+	for i := range 1 << 16 {
+		if ChunkName(i) == name {
+			return i
 		}
-		return len(b) + 1
 	}
-	for i := 0; i+1 < len(reports); i++ {
-		used := 1 // the array's brackets, less the last separator
-		for _, r := range reports[i].Results {
-			used += size(r)
+	t.Fatalf("report %q is not named as a chunk", name)
+	return -1
+}
+
+// A split namespace keeps each object in the chunk its UID selects: a change to one object's results rewrites
+// that object's report only, where consecutive runs would shift every later chunk.
+func TestBuildChunksAreStable(t *testing.T) {
+	opts := Options{MaxResultsPerReport: 16}
+	base := manyResults("team-a", 200, audit.Fail, audit.Pass, audit.Pass)
+	before := Build(base, nil, scanTime(), opts)
+	if len(before.PolicyReports) < 4 {
+		t.Fatalf("got %d reports, want the namespace split", len(before.PolicyReports))
+	}
+	byName := func(r Reports) map[string]v1alpha2.PolicyReport {
+		out := map[string]v1alpha2.PolicyReport{}
+		for _, rep := range r.PolicyReports {
+			out[rep.Name] = rep
 		}
-		if next := size(reports[i+1].Results[0]); used+next <= maxBytes {
-			t.Errorf("report %s holds %d bytes and had room for the next result (%d bytes)", reports[i].Name, used, next)
+		return out
+	}
+	for _, i := range []int{0, 1, 57, 199} {
+		changed := slices.Clone(base)
+		if changed[i].Verdict == audit.Fail {
+			changed[i].Verdict = audit.Pass // fixed
+		} else {
+			changed[i].Verdict = audit.Fail // broken
 		}
+		after := byName(Build(changed, nil, scanTime(), opts))
+		old := byName(before)
+		var differ []string
+		for name, rep := range after {
+			if !equality.Semantic.DeepEqual(rep, old[name]) {
+				differ = append(differ, name)
+			}
+		}
+		for name := range old {
+			if _, ok := after[name]; !ok {
+				differ = append(differ, name+" (deleted)")
+			}
+		}
+		if len(differ) != 1 {
+			t.Errorf("changing object %d rewrote %v, want exactly its own report", i, differ)
+		}
+		assertSummariesAddUp(t, changed, Reports{PolicyReports: slices.Collect(maps.Values(after))})
 	}
 }
 

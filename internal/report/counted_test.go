@@ -1,6 +1,7 @@
 package report
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -16,7 +17,7 @@ func TestBuildCounted(t *testing.T) {
 	pass := fail
 	pass.Verdict, pass.Message, pass.Resource.Name, pass.Resource.UID = audit.Pass, "", "y", "v"
 
-	got := BuildCounted([]audit.Result{fail}, map[string]int{"a": 3, "b": 2, "": 1, "c": 0}, nil, now, Options{})
+	got := BuildCounted([]audit.Result{fail}, CountedPasses{"a": {"u1": 1, "u2": 2}, "b": {"u3": 2}, "": {"u4": 1}, "c": {"u5": 0}}, nil, now, Options{})
 	if len(got.PolicyReports) != 2 || len(got.ClusterPolicyReports) != 1 {
 		t.Fatalf("got %d namespaced and %d cluster reports, want 2 and 1", len(got.PolicyReports), len(got.ClusterPolicyReports))
 	}
@@ -36,8 +37,38 @@ func TestBuildCounted(t *testing.T) {
 	pass2 := pass
 	pass2.Resource.Name, pass2.Resource.UID = "z", "w"
 	listed := Build([]audit.Result{fail, pass, pass2}, nil, now, Options{})
-	counted := BuildCounted([]audit.Result{fail}, map[string]int{"a": 2}, nil, now, Options{})
+	counted := BuildCounted([]audit.Result{fail}, CountedPasses{"a": {"v": 1, "w": 1}}, nil, now, Options{})
 	if !equality.Semantic.DeepEqual(listed, counted) {
 		t.Errorf("counted passes differ from listed ones:\n%+v\n%+v", listed, counted)
+	}
+}
+
+// In a split namespace, an object's counted passes are summed in the report that lists its other results.
+func TestBuildCountedFollowsTheObject(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	var results []audit.Result
+	passes := CountedPasses{"a": {}}
+	for i := range 100 {
+		r := newResult(withObject("a", fmt.Sprintf("o-%03d", i)), withVerdict(audit.Fail))
+		results = append(results, r)
+		passes["a"][r.Resource.UID] = i + 1
+	}
+	got := BuildCounted(results, passes, nil, now, Options{MaxResultsPerReport: 10})
+	if len(got.PolicyReports) < 10 {
+		t.Fatalf("got %d reports, want the namespace split", len(got.PolicyReports))
+	}
+	total := 0
+	for _, rep := range got.PolicyReports {
+		want := 0
+		for _, r := range rep.Results {
+			want += passes["a"][r.Resources[0].UID]
+		}
+		if rep.Summary.Pass != want || rep.Summary.Fail != len(rep.Results) {
+			t.Errorf("report %s: summary %+v for %d listed failures whose objects have %d counted passes", rep.Name, rep.Summary, len(rep.Results), want)
+		}
+		total += rep.Summary.Pass
+	}
+	if total != 100*101/2 {
+		t.Errorf("passes add up to %d, want %d", total, 100*101/2)
 	}
 }

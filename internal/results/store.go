@@ -252,14 +252,19 @@ func (s *Store) Namespace(namespace string) []audit.Result {
 }
 
 // NamespaceCounted returns the results on objects in namespace that are kept whole, in no particular
-// order, and the number of compacted passes, which carry nothing but their number.
-func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, passes int) {
+// order, and the number of compacted passes of each object, which carry nothing but their number.
+func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, passes map[types.UID]int) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, e := range s.byNS[namespace] {
+	passes = map[types.UID]int{}
+	for k, e := range s.byNS[namespace] {
+		n := 0
 		for _, p := range e.policies {
 			results = append(results, p.results...)
-			passes += int(p.passes)
+			n += int(p.passes)
+		}
+		if n > 0 {
+			passes[k.uid] = n
 		}
 	}
 	return results, passes

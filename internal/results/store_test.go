@@ -174,3 +174,21 @@ func TestStoreRebuildsReferences(t *testing.T) {
 		t.Fatalf("got %+v, want a pass of p on %+v", got, ref)
 	}
 }
+
+func TestStoreNamespaceCounted(t *testing.T) {
+	s := NewStore(nil)
+	s.Set("p", key("a"), "n", []audit.Result{result("n", "a", "p", audit.Pass)})
+	s.Set("q", key("a"), "n", []audit.Result{result("n", "a", "q", audit.Pass)})
+	s.Set("p", key("b"), "n", []audit.Result{result("n", "b", "p", audit.Fail)})
+	s.Set("q", key("b"), "n", []audit.Result{result("n", "b", "q", audit.Pass)})
+	s.Set("p", key("c"), "n", []audit.Result{result("n", "c", "p", audit.Warn)})
+	s.Set("p", key("d"), "other", []audit.Result{result("other", "d", "p", audit.Pass)})
+
+	results, passes := s.NamespaceCounted("n")
+	if got := summary(results); got != "b/p//fail c/p//warn" {
+		t.Errorf("results = %q", got)
+	}
+	if len(passes) != 2 || passes["a"] != 2 || passes["b"] != 1 {
+		t.Errorf("passes = %v, want a:2 b:1", passes)
+	}
+}
