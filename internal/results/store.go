@@ -264,7 +264,8 @@ func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, pass
 			n += int(p.passes)
 		}
 		if n > 0 {
-			passes[k.uid] = n
+			// An object read in several versions of its resource has an entry per version.
+			passes[k.uid] += n
 		}
 	}
 	return results, passes

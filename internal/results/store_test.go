@@ -183,12 +183,15 @@ func TestStoreNamespaceCounted(t *testing.T) {
 	s.Set("q", key("b"), "n", []audit.Result{result("n", "b", "q", audit.Pass)})
 	s.Set("p", key("c"), "n", []audit.Result{result("n", "c", "p", audit.Warn)})
 	s.Set("p", key("d"), "other", []audit.Result{result("other", "d", "p", audit.Pass)})
+	// The same object read in another version of its resource.
+	v2 := ObjectKey{GVR: schema.GroupVersionResource{Version: "v2", Resource: "configmaps"}, UID: "a"}
+	s.Set("p", v2, "n", []audit.Result{result("n", "a", "p", audit.Pass)})
 
 	results, passes := s.NamespaceCounted("n")
 	if got := summary(results); got != "b/p//fail c/p//warn" {
 		t.Errorf("results = %q", got)
 	}
-	if len(passes) != 2 || passes["a"] != 2 || passes["b"] != 1 {
-		t.Errorf("passes = %v, want a:2 b:1", passes)
+	if len(passes) != 2 || passes["a"] != 3 || passes["b"] != 1 {
+		t.Errorf("passes = %v, want a:3 b:1", passes)
 	}
 }
