@@ -77,7 +77,9 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, err
 	}
 	results, passes := r.Results.NamespaceCounted(req.Namespace)
-	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), r.Options)
+	opts := r.Options
+	opts.Chunks = report.ChunkCounts(existing)
+	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
 		r.mu.Lock()

@@ -61,18 +61,21 @@ type Options struct {
 // DefaultOptions returns the defaults of every flag.
 func DefaultOptions() Options {
 	return Options{
-		MetricsAddr:      ":8080",
-		ProbeAddr:        ":8081",
-		ResyncPeriod:     time.Hour,
-		Workers:          runtime.NumCPU(),
-		PageSize:         500,
-		QPS:              50,
-		Burst:            100,
-		ReportVerdicts:   "fail,warn,error,skip",
-		MaxReportBytes:   report.DefaultMaxReportBytes,
-		ReportCoalesce:   time.Second,
-		ReportWorkers:    runtime.NumCPU(),
-		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
+		MetricsAddr:    ":8080",
+		ProbeAddr:      ":8081",
+		ResyncPeriod:   time.Hour,
+		Workers:        runtime.NumCPU(),
+		PageSize:       500,
+		QPS:            50,
+		Burst:          400,
+		ReportVerdicts: "fail,warn,error,skip",
+		MaxReportBytes: report.DefaultMaxReportBytes,
+		// A change rewrites the chunk holding its object: small chunks keep each write, whose API server
+		// cost grows with its size, to a few tens of KB.
+		MaxResultsPerReport: 32,
+		ReportCoalesce:      time.Second,
+		ReportWorkers:       runtime.NumCPU(),
+		ExcludeCRDGroups:    v1alpha2.GroupVersion.Group,
 	}
 }
 
@@ -93,9 +96,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 		o.QPS = float32(v)
 		return nil
 	})
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server; the first audit writes every report at once.")
 	fs.StringVar(&o.ReportVerdicts, "report-results", o.ReportVerdicts, "Comma-separated verdicts listed in reports (pass,fail,warn,error,skip); the summary always counts all of them.")
-	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many results; 0 splits by size only.")
+	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many listed results (a change rewrites only its chunk); 0 splits by size only.")
 	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
 	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Least time between two writes of a namespace's reports; a change is written at once, later ones within this time are batched.")
 	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; each write costs the API server CPU in proportion to the report's size.")

@@ -49,6 +49,10 @@ type Options struct {
 	MaxReportBytes int
 	// MaxResultsPerReport bounds the number of results listed in one report. 0 means no limit.
 	MaxResultsPerReport int
+	// Chunks holds the number of chunks each namespace's reports are split into now (see ChunkCounts). A
+	// namespace keeps its split while it fits and a split half as fine would not, so that results moving
+	// around a limit do not reshuffle every chunk back and forth.
+	Chunks map[string]int
 	// MaxMessageBytes bounds a result's message; longer messages are cut and end with TruncationMarker.
 	// 0 means DefaultMaxMessageBytes; negative means no limit.
 	MaxMessageBytes int
@@ -232,7 +236,7 @@ func build(results []audit.Result, passes CountedPasses, previous map[string]met
 		for end < len(sorted) && sorted[end].res.Resource.Namespace == ns {
 			end++
 		}
-		for i, c := range chunk(sorted[start:end], s) {
+		for i, c := range chunk(sorted[start:end], s, opts.Chunks[ns]) {
 			if len(c) == 0 {
 				continue
 			}
@@ -403,30 +407,49 @@ type reportChunk []*entry
 // ChunkName(i), and empty chunks are not written. A namespace that fits the limits gets one report. Past them,
 // each object's entries go to the chunk its hash selects, among the fewest chunks (a power of two) that all
 // fit: a change to one object then rewrites one chunk, not every chunk after it, and an API server write
-// costs in proportion to the size of the object written. When no such split exists (one object's results
+// costs in proportion to the size of the object written. A namespace split into twice as many chunks as it
+// needs (current) keeps that split, so that a result that comes and goes at a limit does not move every
+// object each time. When no such split exists (one object's results
 // alone exceed the limits) the entries are cut into consecutive runs, so that every result still gets
 // published; a result too large on its own then gets a chunk of its own.
-func chunk(entries []*entry, s settings) []reportChunk {
-	if fits(entries, s) {
-		return []reportChunk{entries}
-	}
+func chunk(entries []*entry, s settings, current int) []reportChunk {
 	listed := 0
 	for _, e := range entries {
 		if e.listed {
 			listed++
 		}
 	}
-	for k := 2; k <= 4*listed; k *= 2 {
-		chunks := make([]reportChunk, k)
-		for _, e := range entries {
-			i := e.bucket & uint32(k-1)
-			chunks[i] = append(chunks[i], e)
-		}
-		if !slices.ContainsFunc(chunks, func(c reportChunk) bool { return !fits(c, s) }) {
-			return chunks
+	// k is the finest split considered: more chunks than four times the listed results only spreads them thinner.
+	limit := max(1, 4*listed)
+	need := 0
+	for k := 1; k <= limit; k *= 2 {
+		if buckets := bucketed(entries, k); !slices.ContainsFunc(buckets, func(c reportChunk) bool { return !fits(c, s) }) {
+			need = k
+			break
 		}
 	}
-	return runs(entries, s)
+	switch {
+	case need == 0:
+		return runs(entries, s)
+	case need*2 == current:
+		// A split twice as fine as needed also fits: each chunk of it is half a chunk that fits.
+		return bucketed(entries, current)
+	}
+	return bucketed(entries, need)
+}
+
+// bucketed splits the entries into k chunks (k a power of two) by their objects' hashes. Chunk i of k splits
+// into chunks i and i+k of 2k, so a finer split moves each object at most once.
+func bucketed(entries []*entry, k int) []reportChunk {
+	if k == 1 {
+		return []reportChunk{entries}
+	}
+	chunks := make([]reportChunk, k)
+	for _, e := range entries {
+		i := e.bucket & uint32(k-1)
+		chunks[i] = append(chunks[i], e)
+	}
+	return chunks
 }
 
 // fits reports whether the entries' listed results fit one report.

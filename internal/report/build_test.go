@@ -486,7 +486,10 @@ func TestBuildChunks(t *testing.T) {
 			}
 			last := -1
 			for _, rep := range got.PolicyReports {
-				i := chunkIndex(t, rep.Name)
+				i, ok := chunkIndex(rep.Name)
+				if !ok {
+					t.Fatalf("report %q is not named as a chunk", rep.Name)
+				}
 				if i <= last {
 					t.Errorf("report %s follows chunk %d", rep.Name, last)
 				}
@@ -514,18 +517,6 @@ func TestBuildChunks(t *testing.T) {
 			assertSummariesAddUp(t, tt.results, got)
 		})
 	}
-}
-
-// chunkIndex returns i for a report named ChunkName(i).
-func chunkIndex(t *testing.T, name string) int {
-	t.Helper()
-	for i := range 1 << 16 {
-		if ChunkName(i) == name {
-			return i
-		}
-	}
-	t.Fatalf("report %q is not named as a chunk", name)
-	return -1
 }
 
 // A split namespace keeps each object in the chunk its UID selects: a change to one object's results rewrites
@@ -676,5 +667,67 @@ func TestChunkName(t *testing.T) {
 		if got := ChunkName(idx); got != want {
 			t.Errorf("ChunkName(%d) = %q, want %q", idx, got, want)
 		}
+	}
+}
+
+// A namespace at a split boundary keeps its split: results coming and going at the limit do not move every
+// object between chunks each time.
+func TestBuildChunksKeepTheirSplit(t *testing.T) {
+	opts := Options{MaxResultsPerReport: 16}
+	base := manyResults("team-a", 40, audit.Fail)
+	split := Build(base, nil, scanTime(), opts)
+	k := ChunkCounts(split)["team-a"]
+	if k < 4 {
+		t.Fatalf("40 results at 16 per report split into %d chunks, want at least 4", k)
+	}
+	// Fewer results fit half as many chunks: without the current split they would be reshuffled.
+	fewer := base[:len(base)*2/3]
+	if need := ChunkCounts(Build(fewer, nil, scanTime(), opts))["team-a"]; need != k/2 {
+		t.Fatalf("the fixture needs %d chunks after the removal, the test wants %d", need, k/2)
+	}
+	opts.Chunks = map[string]int{"team-a": k}
+	kept := Build(fewer, nil, scanTime(), opts)
+	if got := ChunkCounts(kept)["team-a"]; got != k {
+		t.Fatalf("split went from %d to %d chunks", k, got)
+	}
+	// Every remaining object stays in its chunk.
+	where := func(r Reports) map[string]string {
+		out := map[string]string{}
+		for _, rep := range r.PolicyReports {
+			for _, res := range rep.Results {
+				out[res.Resources[0].Name] = rep.Name
+			}
+		}
+		return out
+	}
+	before, after := where(split), where(kept)
+	for name, chunk := range after {
+		if before[name] != chunk {
+			t.Errorf("%s moved from %s to %s", name, before[name], chunk)
+		}
+	}
+	assertSummariesAddUp(t, fewer, kept)
+
+	// A split four times as fine as needed is given up.
+	opts.Chunks = map[string]int{"team-a": 4 * k}
+	if got := ChunkCounts(Build(fewer, nil, scanTime(), opts))["team-a"]; got != k/2 {
+		t.Errorf("a split of %d chunks for results that fit %d became %d", 4*k, k/2, got)
+	}
+}
+
+func TestChunkCounts(t *testing.T) {
+	managed := func(ns, name string) v1alpha2.PolicyReport {
+		return v1alpha2.PolicyReport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: managedLabels()}}
+	}
+	got := ChunkCounts(Reports{
+		PolicyReports: []v1alpha2.PolicyReport{
+			managed("a", "celaudit"), managed("a", "celaudit-5"), managed("b", "celaudit"),
+			managed("c", "celaudit-x"), {ObjectMeta: metav1.ObjectMeta{Namespace: "d", Name: "celaudit-9"}},
+		},
+		ClusterPolicyReports: []v1alpha2.ClusterPolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "celaudit-2", Labels: managedLabels()}}},
+	})
+	want := map[string]int{"a": 8, "b": 1, "": 4}
+	if !maps.Equal(got, want) {
+		t.Errorf("ChunkCounts = %v, want %v", got, want)
 	}
 }
