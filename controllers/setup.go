@@ -194,7 +194,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	gate := NewGate(CRDSource, VAPSource)
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
 	gate.OnOpen(engine.Release)
-	ctrlOpts := controllerOptions(o)
+	ctrlOpts := controllerOptions(o.Workers, o.SkipControllerChecks)
 	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
@@ -279,7 +279,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Coalesce:   o.ReportCoalesce,
 		Writes:     writes,
 		Rescanning: func() bool { return !engine.Synced() },
-	}).SetupWithManager(mgr, controllerOptions(Options{Workers: o.ReportWorkers, SkipControllerChecks: o.SkipControllerChecks})); err != nil {
+	}).SetupWithManager(mgr, controllerOptions(o.ReportWorkers, o.SkipControllerChecks)); err != nil {
 		return nil, fmt.Errorf("setting up report controller: %w", err)
 	}
 	if err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
@@ -293,11 +293,11 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	return &Operator{Manager: mgr, Settled: settled, Results: store}, nil
 }
 
-func controllerOptions(o Options) func(*ctrl.Builder) *ctrl.Builder {
+func controllerOptions(workers int, skipNameValidation bool) func(*ctrl.Builder) *ctrl.Builder {
 	return func(b *ctrl.Builder) *ctrl.Builder {
 		return b.WithOptions(controller.Options{
-			MaxConcurrentReconciles: max(1, o.Workers),
-			SkipNameValidation:      ptr.To(o.SkipControllerChecks),
+			MaxConcurrentReconciles: max(1, workers),
+			SkipNameValidation:      ptr.To(skipNameValidation),
 		})
 	}
 }

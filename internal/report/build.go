@@ -151,7 +151,7 @@ type entry struct {
 	listed  bool
 	size    int // estimated serialized size of out, when listed
 	out     v1alpha2.PolicyReportResult
-	bucket  uint32 // hash of the object, which picks its chunk when a namespace is split
+	bucket  uint32 // hash of the object, which picks its chunk; set by chunk when the namespace is split
 }
 
 // Build returns the reports that publish results: one PolicyReport per namespace holding namespaced
@@ -212,7 +212,6 @@ func build(results []audit.Result, passes CountedPasses, previous map[string]met
 			idx = idxError
 		}
 		e.verdict = idx
-		e.bucket = objectHash(&e.res.Resource)
 		sorted[i] = e
 	}
 	slices.SortFunc(sorted, compareEntries)
@@ -413,29 +412,31 @@ type reportChunk []*entry
 // alone exceed the limits) the entries are cut into consecutive runs, so that every result still gets
 // published; a result too large on its own then gets a chunk of its own.
 func chunk(entries []*entry, s settings, current int) []reportChunk {
+	if current <= 1 && fits(entries, s) {
+		return []reportChunk{entries} // the common case: no hashing
+	}
 	listed := 0
 	for _, e := range entries {
+		e.bucket = objectHash(&e.res.Resource)
 		if e.listed {
 			listed++
 		}
 	}
-	// k is the finest split considered: more chunks than four times the listed results only spreads them thinner.
-	limit := max(1, 4*listed)
-	need := 0
-	for k := 1; k <= limit; k *= 2 {
-		if buckets := bucketed(entries, k); !slices.ContainsFunc(buckets, func(c reportChunk) bool { return !fits(c, s) }) {
-			need = k
-			break
+	// More chunks than four times the listed results would only spread them thinner.
+	var need []reportChunk
+	for k := 1; k <= max(1, 4*listed) && need == nil; k *= 2 {
+		if c := bucketed(entries, k); !slices.ContainsFunc(c, func(c reportChunk) bool { return !fits(c, s) }) {
+			need = c
 		}
 	}
 	switch {
-	case need == 0:
+	case need == nil:
 		return runs(entries, s)
-	case need*2 == current:
+	case 2*len(need) == current:
 		// A split twice as fine as needed also fits: each chunk of it is half a chunk that fits.
 		return bucketed(entries, current)
 	}
-	return bucketed(entries, need)
+	return need
 }
 
 // bucketed splits the entries into k chunks (k a power of two) by their objects' hashes. Chunk i of k splits
