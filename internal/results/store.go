@@ -1,6 +1,7 @@
 package results
 
 import (
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/uidmap"
 )
 
 // ObjectKey identifies one audited object in the version it was read in.
@@ -18,28 +20,116 @@ type ObjectKey struct {
 	UID types.UID
 }
 
-// objKey is ObjectKey with the resource as an index into Store.gvrs: a map key of 24 bytes instead of 64.
-type objKey struct {
-	gvr uint32
-	uid types.UID
+// objResults is what the store keeps of one object read in one version: 24 bytes, kept for every audited
+// object, so at cluster scale it is most of the operator's memory. The object's reference (API version, kind,
+// namespace, uid) comes from where it is kept; its name is in its results, and compacted passes carry none.
+//
+// A policy whose results on the object are all passes is only counted: a pass carries a property map per
+// binding and parameter, which would cost hundreds of bytes per object for nothing anybody reads. Up to
+// four such counts fit inline; everything else (whole results, more or larger counts) goes to more.
+type objResults struct {
+	passes [inlinePasses]passCount
+	more   *[]policyResults
 }
 
-// entry is what the store keeps of one object: its name and, per policy, its results. It is small on
-// purpose: at cluster scale it is most of the operator's memory. The rest of the object's reference (API
-// version, kind, namespace, uid) comes from its key and the resource's table entry.
-type entry struct {
-	name     string
-	policies []policyResults // sorted by policy index
-}
+const inlinePasses = 4
 
-// policyResults are one policy's results on one object. When every result is a pass and passes are not
-// listed in reports, only their number is kept: a pass carries a property map per binding and parameter,
-// which would cost hundreds of bytes per object for nothing anybody reads.
+// passCount is the number of passes of one policy (an index into Store.policies). A count of 0 is a free slot.
+type passCount struct{ policy, count uint16 }
+
+// policyResults are one policy's results on one object: whole results, or only the number of its passes.
 type policyResults struct {
-	policy  uint32 // index into Store.policies
+	policy  uint32
 	passes  int32
 	results []audit.Result
 }
+
+// find returns policy pi's results on the object.
+func (o *objResults) find(pi uint32) (policyResults, bool) {
+	for _, p := range o.passes {
+		if p.count > 0 && uint32(p.policy) == pi {
+			return policyResults{policy: pi, passes: int32(p.count)}, true
+		}
+	}
+	if o.more != nil {
+		for _, p := range *o.more {
+			if p.policy == pi {
+				return p, true
+			}
+		}
+	}
+	return policyResults{}, false
+}
+
+// remove drops policy pi's results.
+func (o *objResults) remove(pi uint32) {
+	for i, p := range o.passes {
+		if p.count > 0 && uint32(p.policy) == pi {
+			o.passes[i] = passCount{}
+			return
+		}
+	}
+	if o.more == nil {
+		return
+	}
+	more := *o.more
+	for i, p := range more {
+		if p.policy == pi {
+			more = append(more[:i], more[i+1:]...)
+			break
+		}
+	}
+	if len(more) == 0 {
+		o.more = nil
+		return
+	}
+	*o.more = more
+}
+
+// add records p, whose policy has no results on the object yet.
+func (o *objResults) add(p policyResults) {
+	if p.results == nil && p.passes > 0 && p.passes <= math.MaxUint16 && p.policy <= math.MaxUint16 {
+		for i := range o.passes {
+			if o.passes[i].count == 0 {
+				o.passes[i] = passCount{policy: uint16(p.policy), count: uint16(p.passes)}
+				return
+			}
+		}
+	}
+	if o.more == nil {
+		o.more = &[]policyResults{}
+	}
+	*o.more = append(*o.more, p)
+}
+
+func (o *objResults) empty() bool {
+	if o.more != nil {
+		return false
+	}
+	for _, p := range o.passes {
+		if p.count > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// each calls f with every policy's results on the object.
+func (o *objResults) each(f func(policyResults)) {
+	for _, p := range o.passes {
+		if p.count > 0 {
+			f(policyResults{policy: uint32(p.policy), passes: int32(p.count)})
+		}
+	}
+	if o.more != nil {
+		for _, p := range *o.more {
+			f(p)
+		}
+	}
+}
+
+// nsResults are the results on the objects of one namespace, by resource (an index into Store.gvrs).
+type nsResults map[uint32]*uidmap.Map[objResults]
 
 type resourceInfo struct {
 	gvr        schema.GroupVersionResource
@@ -55,7 +145,7 @@ type policyInfo struct {
 // Store is the in-memory set of current results. It is safe for concurrent use.
 type Store struct {
 	mu         sync.RWMutex
-	byNS       map[string]map[objKey]*entry
+	byNS       map[string]nsResults
 	gvrs       []resourceInfo
 	gvrIndex   map[schema.GroupVersionResource]uint32
 	policies   []policyInfo
@@ -69,14 +159,14 @@ type Store struct {
 type Option func(*Store)
 
 // KeepPasses keeps passing results whole, for reports that list passes. Without it, Namespace returns
-// equivalent passes that carry the policy and the object but no rule, message or properties.
+// equivalent passes that carry the policy and the object but no rule, message, properties or object name.
 func KeepPasses(keep bool) Option { return func(s *Store) { s.keepPasses = keep } }
 
 // NewStore returns an empty store that calls onChange (if not nil) with the namespace ("" for cluster-scoped
 // objects) of every change. onChange runs under the store's lock and must not call back into the store.
 func NewStore(onChange func(namespace string), opts ...Option) *Store {
 	s := &Store{
-		byNS:      map[string]map[objKey]*entry{},
+		byNS:      map[string]nsResults{},
 		gvrIndex:  map[schema.GroupVersionResource]uint32{},
 		policyIdx: map[string]uint32{},
 		intern:    map[string]string{},
@@ -100,46 +190,58 @@ func (s *Store) Set(policy string, obj ObjectKey, namespace string, res []audit.
 		}
 		gi = s.addResourceLocked(obj.GVR, res[0].Resource)
 	}
-	k := objKey{gvr: gi, uid: obj.UID}
-	ns := s.byNS[namespace]
-	e := ns[k]
-	if e == nil {
-		if len(res) == 0 {
-			return false
-		}
-		if ns == nil {
-			ns = map[objKey]*entry{}
-			s.byNS[s.internLocked(namespace)] = ns
-		}
-		e = &entry{name: res[0].Resource.Name}
-		ns[k] = e
+	objs := s.byNS[namespace][gi]
+	var o objResults
+	if objs != nil {
+		o, _ = objs.Get(obj.UID)
 	}
-	pi := s.policyLocked(policy, res)
+	var pi uint32
+	if len(res) == 0 {
+		if pi, ok = s.policyIdx[policy]; !ok {
+			return false
+		}
+	} else {
+		pi = s.policyLocked(policy, res)
+	}
+	cur, had := o.find(pi)
 	next := s.compact(pi, res)
-	i := sort.Search(len(e.policies), func(i int) bool { return e.policies[i].policy >= pi })
-	had := i < len(e.policies) && e.policies[i].policy == pi
 	switch {
-	case len(res) == 0:
-		if !had {
-			return false
+	case len(res) == 0 && !had:
+		return false
+	case len(res) > 0 && had && cur.passes == next.passes && reflect.DeepEqual(cur.results, next.results):
+		return false
+	}
+	if had {
+		o.remove(pi)
+	}
+	if len(res) > 0 {
+		o.add(next)
+	}
+	if o.empty() {
+		s.removeLocked(namespace, gi, obj.UID)
+	} else {
+		if objs == nil {
+			objs = s.objectsLocked(namespace, gi)
 		}
-		e.policies = append(e.policies[:i], e.policies[i+1:]...)
-		if len(e.policies) == 0 {
-			s.removeLocked(namespace, k)
-		}
-	case had:
-		old := e.policies[i]
-		if old.passes == next.passes && reflect.DeepEqual(old.results, next.results) {
-			return false
-		}
-		e.policies[i] = next
-	default:
-		e.policies = append(e.policies, policyResults{})
-		copy(e.policies[i+1:], e.policies[i:])
-		e.policies[i] = next
+		objs.Set(obj.UID, o)
 	}
 	s.changed(namespace)
 	return true
+}
+
+// objectsLocked returns the objects of resource gi in namespace, creating the map.
+func (s *Store) objectsLocked(namespace string, gi uint32) *uidmap.Map[objResults] {
+	ns := s.byNS[namespace]
+	if ns == nil {
+		ns = nsResults{}
+		s.byNS[s.internLocked(namespace)] = ns
+	}
+	objs := ns[gi]
+	if objs == nil {
+		objs = &uidmap.Map[objResults]{}
+		ns[gi] = objs
+	}
+	return objs
 }
 
 func (s *Store) addResourceLocked(gvr schema.GroupVersionResource, ref audit.ObjectRef) uint32 {
@@ -183,9 +285,12 @@ func (s *Store) DeleteObject(obj ObjectKey, namespace string) {
 	if !ok {
 		return
 	}
-	k := objKey{gvr: gi, uid: obj.UID}
-	if _, ok := s.byNS[namespace][k]; ok {
-		s.removeLocked(namespace, k)
+	objs := s.byNS[namespace][gi]
+	if objs == nil {
+		return
+	}
+	if _, ok := objs.Get(obj.UID); ok {
+		s.removeLocked(namespace, gi, obj.UID)
 		s.changed(namespace)
 	}
 }
@@ -198,25 +303,29 @@ func (s *Store) DeletePolicy(policy string, gvr schema.GroupVersionResource) {
 	if !ok {
 		return
 	}
-	gi, known := s.gvrIndex[gvr]
+	only, known := s.gvrIndex[gvr]
 	if !gvr.Empty() && !known {
 		return
 	}
 	for namespace, ns := range s.byNS {
 		touched := false
-		for k, e := range ns {
-			if !gvr.Empty() && k.gvr != gi {
+		for gi, objs := range ns {
+			if !gvr.Empty() && gi != only {
 				continue
 			}
-			i := sort.Search(len(e.policies), func(i int) bool { return e.policies[i].policy >= pi })
-			if i == len(e.policies) || e.policies[i].policy != pi {
-				continue
+			objs.Update(func(o objResults) (objResults, bool) {
+				if _, had := o.find(pi); had {
+					o.remove(pi)
+					touched = true
+				}
+				return o, !o.empty()
+			})
+			if objs.Len() == 0 {
+				delete(ns, gi)
 			}
-			e.policies = append(e.policies[:i], e.policies[i+1:]...)
-			if len(e.policies) == 0 {
-				s.removeLocked(namespace, k)
-			}
-			touched = true
+		}
+		if len(ns) == 0 {
+			delete(s.byNS, namespace)
 		}
 		if touched {
 			s.changed(namespace)
@@ -225,27 +334,30 @@ func (s *Store) DeletePolicy(policy string, gvr schema.GroupVersionResource) {
 }
 
 // Namespace returns every result on objects in namespace ("" for cluster-scoped objects), in no particular
-// order. Compacted passes come back as passes with the policy and the object, and a rule that tells them
-// apart ("pass-2", ...) when a policy passed several times (once per binding and param).
+// order. Compacted passes come back as passes with the policy and the object's reference but not its name,
+// and a rule that tells them apart ("pass-2", ...) when a policy passed several times (once per binding and
+// param).
 func (s *Store) Namespace(namespace string) []audit.Result {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var out []audit.Result
-	for k, e := range s.byNS[namespace] {
-		for _, p := range e.policies {
-			if p.results != nil {
-				out = append(out, p.results...)
-				continue
-			}
-			ri := s.gvrs[k.gvr]
-			ref := audit.ObjectRef{APIVersion: ri.apiVersion, Kind: ri.kind, Namespace: namespace, Name: e.name, UID: k.uid}
-			for i := range p.passes {
-				r := audit.Result{Policy: s.policies[p.policy].name, Verdict: audit.Pass, Resource: ref}
-				if i > 0 {
-					r.Rule = "pass-" + strconv.Itoa(int(i)+1)
+	for gi, objs := range s.byNS[namespace] {
+		ri := s.gvrs[gi]
+		for uid, o := range objs.All() {
+			o.each(func(p policyResults) {
+				if p.results != nil {
+					out = append(out, p.results...)
+					return
 				}
-				out = append(out, r)
-			}
+				ref := audit.ObjectRef{APIVersion: ri.apiVersion, Kind: ri.kind, Namespace: namespace, UID: uid}
+				for i := range p.passes {
+					r := audit.Result{Policy: s.policies[p.policy].name, Verdict: audit.Pass, Resource: ref}
+					if i > 0 {
+						r.Rule = "pass-" + strconv.Itoa(int(i)+1)
+					}
+					out = append(out, r)
+				}
+			})
 		}
 	}
 	return out
@@ -257,15 +369,17 @@ func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, pass
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	passes = map[types.UID]int{}
-	for k, e := range s.byNS[namespace] {
-		n := 0
-		for _, p := range e.policies {
-			results = append(results, p.results...)
-			n += int(p.passes)
-		}
-		if n > 0 {
-			// An object read in several versions of its resource has an entry per version.
-			passes[k.uid] += n
+	for _, objs := range s.byNS[namespace] {
+		for uid, o := range objs.All() {
+			n := 0
+			o.each(func(p policyResults) {
+				results = append(results, p.results...)
+				n += int(p.passes)
+			})
+			if n > 0 {
+				// An object read in several versions of its resource is kept once per version.
+				passes[uid] += n
+			}
 		}
 	}
 	return results, passes
@@ -283,20 +397,29 @@ func (s *Store) Namespaces() []string {
 	return out
 }
 
-// Len returns the number of objects that have results.
+// Len returns the number of objects that have results, counting an object once per version it is read in.
 func (s *Store) Len() int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	n := 0
 	for _, ns := range s.byNS {
-		n += len(ns)
+		for _, objs := range ns {
+			n += objs.Len()
+		}
 	}
 	return n
 }
 
-func (s *Store) removeLocked(namespace string, k objKey) {
+func (s *Store) removeLocked(namespace string, gi uint32, uid types.UID) {
 	ns := s.byNS[namespace]
-	delete(ns, k)
+	objs := ns[gi]
+	if objs == nil {
+		return
+	}
+	objs.Delete(uid)
+	if objs.Len() == 0 {
+		delete(ns, gi)
+	}
 	if len(ns) == 0 {
 		delete(s.byNS, namespace)
 	}
@@ -322,12 +445,14 @@ func (s *Store) Counts() map[audit.Verdict]int {
 	defer s.mu.RUnlock()
 	out := map[audit.Verdict]int{}
 	for _, ns := range s.byNS {
-		for _, e := range ns {
-			for _, p := range e.policies {
-				out[audit.Pass] += int(p.passes)
-				for _, r := range p.results {
-					out[r.Verdict]++
-				}
+		for _, objs := range ns {
+			for o := range objs.Values() {
+				o.each(func(p policyResults) {
+					out[audit.Pass] += int(p.passes)
+					for _, r := range p.results {
+						out[r.Verdict]++
+					}
+				})
 			}
 		}
 	}

@@ -40,7 +40,8 @@ func withProps(kv ...string) func(*audit.Result) {
 func summary(rs []audit.Result) string {
 	var out []string
 	for _, r := range rs {
-		out = append(out, fmt.Sprintf("%s/%s/%s/%s", r.Resource.Name, r.Policy, r.Rule, r.Verdict))
+		// The fixtures' UIDs are their names: compacted passes carry no name.
+		out = append(out, fmt.Sprintf("%s/%s/%s/%s", r.Resource.UID, r.Policy, r.Rule, r.Verdict))
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
@@ -163,15 +164,75 @@ func TestStoreDeletes(t *testing.T) {
 	}
 }
 
-// Compacted passes come back with the full reference of their object, rebuilt from the store's tables.
+// Compacted passes come back with the reference of their object, rebuilt from the store's tables, all but
+// the name, which the store does not keep for them.
 func TestStoreRebuildsReferences(t *testing.T) {
+	for _, uid := range []types.UID{"u-1", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"} {
+		s := NewStore(nil)
+		deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+		ref := audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "n", Name: "web", UID: uid}
+		s.Set("vap/p", ObjectKey{GVR: deploys, UID: uid}, "n", []audit.Result{{Policy: "p", Verdict: audit.Pass, Resource: ref}})
+		got := s.Namespace("n")
+		want := ref
+		want.Name = ""
+		if len(got) != 1 || got[0].Resource != want || got[0].Policy != "p" || got[0].Verdict != audit.Pass {
+			t.Fatalf("got %+v, want a pass of p on %+v", got, want)
+		}
+	}
+}
+
+// An object covered by more policies than fit inline, or with more passes than an inline count holds, keeps
+// every count exactly, and removing policies in any order leaves the others intact.
+func TestStoreManyPolicies(t *testing.T) {
+	const uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	passes := func(n int) []audit.Result {
+		out := make([]audit.Result, n)
+		for i := range out {
+			out[i] = result("n", uid, "p", audit.Pass)
+		}
+		return out
+	}
 	s := NewStore(nil)
-	deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	ref := audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "n", Name: "web", UID: "u-1"}
-	s.Set("vap/p", ObjectKey{GVR: deploys, UID: "u-1"}, "n", []audit.Result{{Policy: "p", Verdict: audit.Pass, Resource: ref}})
-	got := s.Namespace("n")
-	if len(got) != 1 || got[0].Resource != ref || got[0].Policy != "p" || got[0].Verdict != audit.Pass {
-		t.Fatalf("got %+v, want a pass of p on %+v", got, ref)
+	want := 0
+	for i := range 7 {
+		n := i + 1
+		if i == 2 {
+			n = 70000 // more than an inline count holds
+		}
+		if !s.Set(fmt.Sprintf("p%d", i), key(uid), "n", passes(n)) {
+			t.Fatalf("setting p%d changed nothing", i)
+		}
+		want += n
+	}
+	s.Set("f", key(uid), "n", []audit.Result{result("n", uid, "f", audit.Fail)})
+	check := func(wantPasses int, wantResults string) {
+		t.Helper()
+		res, got := s.NamespaceCounted("n")
+		if got[uid] != wantPasses || summary(res) != wantResults {
+			t.Fatalf("passes %d and results %q, want %d and %q", got[uid], summary(res), wantPasses, wantResults)
+		}
+		if c := s.Counts(); c[audit.Pass] != wantPasses {
+			t.Fatalf("Counts pass = %d, want %d", c[audit.Pass], wantPasses)
+		}
+	}
+	check(want, uid+"/f//fail")
+	if s.Set("p2", key(uid), "n", passes(70000)) || s.Set("p6", key(uid), "n", passes(7)) {
+		t.Fatal("setting the same passes again reported a change")
+	}
+	for _, i := range []int{0, 6, 2, 4} {
+		if !s.Set(fmt.Sprintf("p%d", i), key(uid), "n", nil) {
+			t.Fatalf("removing p%d changed nothing", i)
+		}
+	}
+	check(2+4+6, uid+"/f//fail") // p1, p3 and p5 are left
+	s.DeletePolicy("f", schema.GroupVersionResource{})
+	s.DeletePolicy("p3", cms)
+	check(2+6, "")
+	for _, p := range []string{"p1", "p5"} {
+		s.Set(p, key(uid), "n", nil)
+	}
+	if s.Len() != 0 || len(s.Namespaces()) != 0 {
+		t.Fatalf("store not empty: %d objects in %q", s.Len(), s.Namespaces())
 	}
 }
 

@@ -104,7 +104,8 @@ func expect(t *testing.T, store *results.Store, ns, want string) {
 
 func startEngine(t *testing.T, cfg *rest.Config, opts scan.Options) (*scan.Engine, *results.Store) {
 	t.Helper()
-	store := results.NewStore(nil)
+	// Whole passes, so that results name their objects.
+	store := results.NewStore(nil, results.KeepPasses(true))
 	opts.Released = true
 	client, err := scan.NewClient(cfg, nil)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/uidmap"
 )
 
 // digest is all a watcher keeps of an object once it has been evaluated: enough to tell whether a listed
@@ -69,7 +70,7 @@ type watcher struct {
 
 	unreadable bool // guarded by mu: the last read failed and its error results are recorded
 
-	digests    map[types.UID]digest
+	digests    uidmap.Map[digest]
 	nsNames    []string          // namespaces of digests, by index
 	nsIndex    map[string]uint32 // index of each namespace in nsNames
 	lastRV     string
@@ -82,7 +83,6 @@ func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
 		gvr:     gvr,
 		pending: map[string]map[string]bool{},
 		wake:    make(chan struct{}, 1),
-		digests: map[types.UID]digest{},
 		nsIndex: map[string]uint32{},
 	}
 }
@@ -213,7 +213,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	e := w.engine
 	every := e.policiesFor(w.gvr, nil)
 	only := e.policiesFor(w.gvr, rescan)
-	seen := map[types.UID]bool{}
+	var seen uidmap.Map[struct{}]
 	opts := metav1.ListOptions{Limit: e.opts.PageSize}
 	var listRV string
 	for {
@@ -229,7 +229,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
 				if opts.Continue != "" {
 					opts.Continue = ""
-					clear(seen)
+					seen = uidmap.Map[struct{}]{}
 					continue
 				}
 			}
@@ -237,7 +237,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 			return fmt.Errorf("listing %s: %w", w.gvr, err)
 		}
 		w.setReadError(nil)
-		w.evaluatePage(ctx, page.Items, every, only, seen)
+		w.evaluatePage(ctx, page.Items, every, only, &seen)
 		<-e.pages
 		if listRV == "" {
 			listRV = page.GetResourceVersion()
@@ -247,19 +247,18 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		}
 		opts.Continue = page.GetContinue()
 	}
-	for uid, d := range w.digests {
-		if !seen[uid] && (namespace == "" || w.nsNames[d.namespace] == namespace) {
-			delete(w.digests, uid)
-			e.deleteObject(w.gvr, uid, w.nsNames[d.namespace])
-		}
-	}
+	w.digests.DeleteMissing(&seen, func(d digest) bool {
+		return namespace == "" || w.nsNames[d.namespace] == namespace
+	}, func(uid types.UID, d digest) {
+		e.deleteObject(w.gvr, uid, w.nsNames[d.namespace])
+	})
 	if namespace == "" {
 		w.lastRV = listRV
 	}
 	return nil
 }
 
-func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstructured, every, only []audit.Policy, seen map[types.UID]bool) {
+func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstructured, every, only []audit.Policy, seen *uidmap.Map[struct{}]) {
 	type job struct {
 		obj      *unstructured.Unstructured
 		policies []audit.Policy
@@ -268,14 +267,14 @@ func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstruc
 	for i := range items {
 		obj := &items[i]
 		uid := obj.GetUID()
-		seen[uid] = true
-		old, known := w.digests[uid]
+		seen.Set(uid, struct{}{})
+		old, known := w.digests.Get(uid)
 		d := w.digestOf(obj)
 		policies := every
 		if known && d == old {
 			policies = only
 		}
-		w.digests[uid] = d
+		w.digests.Set(uid, d)
 		if len(policies) > 0 {
 			jobs = append(jobs, job{obj: obj, policies: policies})
 		}
@@ -356,15 +355,15 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 	case watch.Bookmark:
 	case watch.Deleted:
 		uid := obj.GetUID()
-		delete(w.digests, uid)
+		w.digests.Delete(uid)
 		w.engine.deleteObject(w.gvr, uid, obj.GetNamespace())
 	case watch.Added, watch.Modified:
 		uid := obj.GetUID()
 		d := w.digestOf(obj)
-		if old, known := w.digests[uid]; known && !d.newerThan(old) {
+		if old, known := w.digests.Get(uid); known && !d.newerThan(old) {
 			return false, nil
 		}
-		w.digests[uid] = d
+		w.digests.Set(uid, d)
 		w.engine.evaluate(ctx, w.gvr, obj, w.engine.policiesFor(w.gvr, nil))
 	}
 	return false, nil
