@@ -50,6 +50,9 @@ type ReportReconciler struct {
 	// per report rather than a partial one followed by the rest.
 	Rescanning func() bool
 	MaxHold    time.Duration
+	// WritesInFlight bounds the writes of one namespace's reports that run at once (default 4): a namespace
+	// with many violations is split into tens of chunks, which a first audit creates together.
+	WritesInFlight int
 
 	mu         sync.Mutex
 	lastWrite  map[string]time.Time
@@ -125,30 +128,56 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
-	errs := make([]error, 0, len(c.PolicyReports.Create)+len(c.PolicyReports.Update)+len(c.PolicyReports.Delete)+
-		len(c.ClusterPolicyReports.Create)+len(c.ClusterPolicyReports.Update)+len(c.ClusterPolicyReports.Delete))
+	var writes []func() error
+	add := func(op func(context.Context, client.Object) error, o client.Object) {
+		writes = append(writes, func() error { return op(ctx, o) })
+	}
+	create := func(ctx context.Context, o client.Object) error { return r.Client.Create(ctx, o) }
+	update := func(ctx context.Context, o client.Object) error { return r.Client.Update(ctx, o) }
+	remove := func(ctx context.Context, o client.Object) error {
+		return client.IgnoreNotFound(r.Client.Delete(ctx, o))
+	}
 	for i := range c.PolicyReports.Create {
-		errs = append(errs, r.Client.Create(ctx, &c.PolicyReports.Create[i]))
+		add(create, &c.PolicyReports.Create[i])
 	}
 	for i := range c.PolicyReports.Update {
-		errs = append(errs, r.Client.Update(ctx, &c.PolicyReports.Update[i]))
+		add(update, &c.PolicyReports.Update[i])
 	}
 	for i := range c.PolicyReports.Delete {
-		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, &c.PolicyReports.Delete[i])))
+		add(remove, &c.PolicyReports.Delete[i])
 	}
 	for i := range c.ClusterPolicyReports.Create {
-		errs = append(errs, r.Client.Create(ctx, &c.ClusterPolicyReports.Create[i]))
+		add(create, &c.ClusterPolicyReports.Create[i])
 	}
 	for i := range c.ClusterPolicyReports.Update {
-		errs = append(errs, r.Client.Update(ctx, &c.ClusterPolicyReports.Update[i]))
+		add(update, &c.ClusterPolicyReports.Update[i])
 	}
 	for i := range c.ClusterPolicyReports.Delete {
-		errs = append(errs, client.IgnoreNotFound(r.Client.Delete(ctx, &c.ClusterPolicyReports.Delete[i])))
+		add(remove, &c.ClusterPolicyReports.Delete[i])
 	}
-	if err := errors.Join(errs...); err != nil {
+	if err := runBounded(writes, r.WritesInFlight); err != nil {
 		return fmt.Errorf("writing reports: %w", err)
 	}
 	return nil
+}
+
+// runBounded runs fns with at most n at once and returns all their errors. Each write is to a different
+// report, so their order does not matter.
+func runBounded(fns []func() error, n int) error {
+	errs := make([]error, len(fns))
+	sem := make(chan struct{}, max(1, n))
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn()
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // delay returns how long a write of namespace's reports must wait to keep writes Coalesce apart. It is
@@ -210,6 +239,9 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 	}
 	if r.MaxHold <= 0 {
 		r.MaxHold = 10 * time.Second
+	}
+	if r.WritesInFlight <= 0 {
+		r.WritesInFlight = 4
 	}
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{reportRequest(o.GetNamespace())}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -58,6 +59,20 @@ type Options struct {
 	SkipControllerChecks bool // tests start several managers in one process
 }
 
+// float32Value is a flag.Value for a float32, which the flag package lacks.
+type float32Value float32
+
+func (v *float32Value) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 32) }
+
+func (v *float32Value) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 32)
+	if err != nil {
+		return fmt.Errorf("invalid number %q: %w", s, err)
+	}
+	*v = float32Value(f)
+	return nil
+}
+
 // DefaultOptions returns the defaults of every flag.
 func DefaultOptions() Options {
 	return Options{
@@ -74,8 +89,10 @@ func DefaultOptions() Options {
 		// cost grows with its size, to a few tens of KB.
 		MaxResultsPerReport: 32,
 		ReportCoalesce:      time.Second,
-		ReportWorkers:       runtime.NumCPU(),
-		ExcludeCRDGroups:    v1alpha2.GroupVersion.Group,
+		// The first audit and a policy edit write hundreds of chunks at once; each write waits on the API
+		// server far longer than it takes to build, so more writers than cores keep it busy.
+		ReportWorkers:    8,
+		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
 	}
 }
 
@@ -88,14 +105,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Interval of the periodic full re-evaluation of every policy; 0 disables it. Unchanged results cause no writes.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Objects evaluated in parallel.")
 	fs.Int64Var(&o.PageSize, "page-size", o.PageSize, "Limit of each paginated LIST of audited objects.")
-	fs.Func("kube-api-qps", fmt.Sprintf("Queries per second to the API server (default %v).", o.QPS), func(s string) error {
-		var v float64
-		if _, err := fmt.Sscan(s, &v); err != nil {
-			return fmt.Errorf("invalid QPS %q: %w", s, err)
-		}
-		o.QPS = float32(v)
-		return nil
-	})
+	fs.Var((*float32Value)(&o.QPS), "kube-api-qps", "Queries per second to the API server.")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server; the first audit writes every report at once.")
 	fs.StringVar(&o.ReportVerdicts, "report-results", o.ReportVerdicts, "Comma-separated verdicts listed in reports (pass,fail,warn,error,skip); the summary always counts all of them.")
 	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many listed results (a change rewrites only its chunk); 0 splits by size only.")

@@ -1,0 +1,116 @@
+package controllers
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The README's flag table is what users read: every default it states in backticks must be the default
+// the code applies.
+func TestREADMEFlagDefaults(t *testing.T) {
+	readme, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs := flag.NewFlagSet("celaudit", flag.ContinueOnError)
+	opts := DefaultOptions()
+	opts.BindFlags(fs)
+	row := regexp.MustCompile("(?m)^\\| (`--[^|]+) \\| ([^|]+) \\|")
+	checked := 0
+	for _, m := range row.FindAllStringSubmatch(string(readme), -1) {
+		names := strings.Split(m[1], " / ")
+		values := strings.Split(strings.TrimSpace(m[2]), " / ")
+		if !strings.HasPrefix(values[0], "`") {
+			continue // described in words (CPU count, in-cluster): nothing exact to compare
+		}
+		if len(values) != len(names) {
+			t.Errorf("%s: %d defaults for %d flags", m[1], len(values), len(names))
+			continue
+		}
+		for i, name := range names {
+			name = strings.TrimPrefix(strings.Trim(name, "`"), "--")
+			want := strings.Trim(values[i], "`")
+			f := fs.Lookup(name)
+			if f == nil {
+				t.Errorf("README documents --%s, which is not a flag", name)
+				continue
+			}
+			if !sameDefault(f.DefValue, want) {
+				t.Errorf("--%s defaults to %q, README says %q", name, f.DefValue, want)
+			}
+			checked++
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("checked only %d flags: has the README's table changed shape?", checked)
+	}
+}
+
+func sameDefault(got, want string) bool {
+	if got == want {
+		return true
+	}
+	g, err1 := time.ParseDuration(got)
+	w, err2 := time.ParseDuration(want)
+	return err1 == nil && err2 == nil && g == w
+}
+
+func TestRunBounded(t *testing.T) {
+	var inFlight, peak atomic.Int32
+	var mu sync.Mutex
+	ran := map[int]bool{}
+	boom := errors.New("boom")
+	fns := make([]func() error, 20)
+	for i := range fns {
+		fns[i] = func() error {
+			n := inFlight.Add(1)
+			for {
+				p := peak.Load()
+				if n <= p || peak.CompareAndSwap(p, n) {
+					break
+				}
+			}
+			time.Sleep(2 * time.Millisecond)
+			inFlight.Add(-1)
+			mu.Lock()
+			ran[i] = true
+			mu.Unlock()
+			if i%7 == 0 {
+				return boom
+			}
+			return nil
+		}
+	}
+	err := runBounded(fns, 3)
+	if len(ran) != len(fns) {
+		t.Fatalf("ran %d of %d", len(ran), len(fns))
+	}
+	if p := peak.Load(); p > 3 || p < 2 {
+		t.Fatalf("peak concurrency %d, want 2 or 3", p)
+	}
+	var joined interface{ Unwrap() []error }
+	if !errors.Is(err, boom) || !errors.As(err, &joined) || len(joined.Unwrap()) != 3 {
+		t.Fatalf("got %v, want the three failures joined", err)
+	}
+}
+
+func TestQPSFlag(t *testing.T) {
+	fs := flag.NewFlagSet("celaudit", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	opts := DefaultOptions()
+	opts.BindFlags(fs)
+	if err := fs.Parse([]string{"--kube-api-qps=12.5"}); err != nil || opts.QPS != 12.5 {
+		t.Fatalf("QPS = %v, err %v; want 12.5", opts.QPS, err)
+	}
+	if err := fs.Parse([]string{"--kube-api-qps=fast"}); err == nil {
+		t.Fatal("a QPS that is not a number was accepted")
+	}
+}
