@@ -33,6 +33,7 @@ type Policy struct {
 	// paramConfigErr fails every evaluation that matches, as the apiserver's hook ConfigurationError does.
 	paramConfigErr error
 	paramScope     meta.RESTScope
+	params         *paramCache
 }
 
 var _ audit.Policy = &Policy{}
@@ -74,8 +75,9 @@ func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionP
 	p := &Policy{
 		compiled: c,
 		deps:     deps,
-		matcher:  generic.NewPolicyMatcher(matching.NewMatcher(lister, namespaceClient{lister: lister})),
+		matcher:  newSelectorCachingMatcher(matching.NewMatcher(lister, namespaceClient{lister: lister})),
 		objects:  objectInterfaces{mapper: deps.Resolver},
+		params:   &paramCache{},
 	}
 	for _, b := range bindings {
 		if b == nil || b.Spec.PolicyName != c.policy.Name {

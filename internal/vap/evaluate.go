@@ -179,11 +179,15 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		versionedParam := param
 		if param != nil {
 			props[audit.PropParam] = paramName(param)
-			if param.GetObjectKind().GroupVersionKind().Empty() {
+			u, isUnstructured := param.(*unstructured.Unstructured)
+			switch {
+			case param.GetObjectKind().GroupVersionKind().Empty():
 				versionedParam = &wrappedParam{
 					TypeMeta: paramTypeMeta(c.policy.Spec.ParamKind),
 					nested:   param,
 				}
+			case isUnstructured:
+				versionedParam = e.p.params.of(u)
 			}
 		}
 		if c.compileErr != nil {
