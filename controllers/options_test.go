@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"io"
@@ -89,7 +90,7 @@ func TestRunBounded(t *testing.T) {
 			return nil
 		}
 	}
-	err := runBounded(fns, 3)
+	err := runBounded(context.Background(), fns, make(chan struct{}, 3))
 	if len(ran) != len(fns) {
 		t.Fatalf("ran %d of %d", len(ran), len(fns))
 	}
@@ -112,5 +113,17 @@ func TestQPSFlag(t *testing.T) {
 	}
 	if err := fs.Parse([]string{"--kube-api-qps=fast"}); err == nil {
 		t.Fatal("a QPS that is not a number was accepted")
+	}
+}
+
+func TestRunBoundedStopsWithContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	sem := make(chan struct{}, 1)
+	sem <- struct{}{} // every token taken: only the context can end the wait
+	ran := false
+	err := runBounded(ctx, []func() error{func() error { ran = true; return nil }}, sem)
+	if ran || !errors.Is(err, context.Canceled) {
+		t.Fatalf("ran %v, err %v; want not run and context.Canceled", ran, err)
 	}
 }

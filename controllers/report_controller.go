@@ -50,13 +50,15 @@ type ReportReconciler struct {
 	// per report rather than a partial one followed by the rest.
 	Rescanning func() bool
 	MaxHold    time.Duration
-	// WritesInFlight bounds the writes of one namespace's reports that run at once (default 4): a namespace
-	// with many violations is split into tens of chunks, which a first audit creates together.
+	// WritesInFlight bounds the report writes in flight at once, across namespaces (default 32). A namespace
+	// with many violations is split into tens of chunks, which a first audit creates together: each write
+	// mostly waits for etcd to commit it, so many in flight finish about as fast as one.
 	WritesInFlight int
 
 	mu         sync.Mutex
 	lastWrite  map[string]time.Time
 	dirtySince map[string]time.Time
+	inFlight   chan struct{} // one token per report write under way
 }
 
 // readyPoll is how often a report waits to see whether the first audit is done.
@@ -105,19 +107,22 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, nil
 }
 
+// existing returns the reports celaudit wrote in namespace, as the cache holds them: they are not copied
+// (a namespace's reports add up to megabytes when it has thousands of violations), so they are read-only.
+// Diff, PreviousTimestamps and ChunkCounts only read them; what Diff returns is its own copy.
 func (r *ReportReconciler) existing(ctx context.Context, namespace string) (report.Reports, error) {
 	var out report.Reports
 	sel := client.MatchingLabels{report.ManagedByLabel: report.ManagedByValue}
 	if namespace == "" {
 		list := &v1alpha2.ClusterPolicyReportList{}
-		if err := r.Client.List(ctx, list, sel); err != nil {
+		if err := r.Client.List(ctx, list, sel, client.UnsafeDisableDeepCopy); err != nil {
 			return out, fmt.Errorf("listing ClusterPolicyReports: %w", err)
 		}
 		out.ClusterPolicyReports = list.Items
 		return out, nil
 	}
 	list := &v1alpha2.PolicyReportList{}
-	if err := r.Client.List(ctx, list, sel, client.InNamespace(namespace)); err != nil {
+	if err := r.Client.List(ctx, list, sel, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
 		return out, fmt.Errorf("listing PolicyReports in %s: %w", namespace, err)
 	}
 	out.PolicyReports = list.Items
@@ -155,20 +160,24 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 	for i := range c.ClusterPolicyReports.Delete {
 		add(remove, &c.ClusterPolicyReports.Delete[i])
 	}
-	if err := runBounded(writes, r.WritesInFlight); err != nil {
+	if err := runBounded(ctx, writes, r.inFlight); err != nil {
 		return fmt.Errorf("writing reports: %w", err)
 	}
 	return nil
 }
 
-// runBounded runs fns with at most n at once and returns all their errors. Each write is to a different
-// report, so their order does not matter.
-func runBounded(fns []func() error, n int) error {
+// runBounded runs fns, each holding a token of sem, and returns all their errors. Each write is to a
+// different report, so their order does not matter.
+func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) error {
 	errs := make([]error, len(fns))
-	sem := make(chan struct{}, max(1, n))
 	var wg sync.WaitGroup
 	for i, fn := range fns {
-		sem <- struct{}{}
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = ctx.Err()
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -241,8 +250,9 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 		r.MaxHold = 10 * time.Second
 	}
 	if r.WritesInFlight <= 0 {
-		r.WritesInFlight = 4
+		r.WritesInFlight = 32
 	}
+	r.inFlight = make(chan struct{}, r.WritesInFlight)
 	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		return []reconcile.Request{reportRequest(o.GetNamespace())}
 	})

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -201,5 +202,48 @@ func TestDiffUpdateCarriesExistingMetadata(t *testing.T) {
 	u.Results[0].Message = "changed"
 	if desired.PolicyReports[0].Results[0].Message == "changed" {
 		t.Error("Diff returned results shared with the desired reports")
+	}
+}
+
+// The reconciler hands Diff, PreviousTimestamps and ChunkCounts the reports its cache holds, without copying
+// them: none of them may modify what they read, whatever the changes.
+func TestExistingReportsAreReadOnly(t *testing.T) {
+	old := Build([]audit.Result{
+		newResult(withObject("team-a", "w1")),
+		newResult(withObject("team-a", "w2")),
+		newResult(withObject("", "global")),
+	}, nil, scanTime(), Options{MaxResultsPerReport: 1})
+	existing := stored(old)
+	existing.PolicyReports[0].Labels["team"] = "a" // a label someone else set
+	before := Reports{
+		PolicyReports:        slices.Clone(existing.PolicyReports),
+		ClusterPolicyReports: slices.Clone(existing.ClusterPolicyReports),
+	}
+	for i := range before.PolicyReports {
+		before.PolicyReports[i] = *existing.PolicyReports[i].DeepCopy()
+	}
+	for i := range before.ClusterPolicyReports {
+		before.ClusterPolicyReports[i] = *existing.ClusterPolicyReports[i].DeepCopy()
+	}
+	desired := Build([]audit.Result{newResult(withObject("team-a", "w1"))}, PreviousTimestamps(existing), scanTime(), Options{
+		MaxResultsPerReport: 1,
+		Chunks:              ChunkCounts(existing),
+	})
+	changes := Diff(desired, existing)
+	if changes.Empty() {
+		t.Fatal("expected changes: the test must exercise updates and deletes")
+	}
+	for i := range changes.PolicyReports.Update {
+		changes.PolicyReports.Update[i].Labels["touched"] = "yes"
+		changes.PolicyReports.Update[i].Results = nil
+	}
+	for i := range changes.PolicyReports.Delete {
+		changes.PolicyReports.Delete[i].Labels["touched"] = "yes"
+	}
+	for i := range changes.ClusterPolicyReports.Delete {
+		changes.ClusterPolicyReports.Delete[i].Labels["touched"] = "yes"
+	}
+	if !equality.Semantic.DeepEqual(before, existing) {
+		t.Fatal("existing reports were modified")
 	}
 }

@@ -279,10 +279,16 @@ func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstruc
 			jobs = append(jobs, job{obj: obj, policies: policies})
 		}
 	}
+	// Each object is dropped once evaluated, so that a page's memory is freed as it is worked through rather
+	// than when the whole page is done: pages are the largest part of the operator's heap while it reads.
+	evaluate := func(j job) {
+		w.engine.evaluate(ctx, w.gvr, j.obj, j.policies)
+		j.obj.Object = nil
+	}
 	workers := min(w.engine.opts.Workers, len(jobs))
 	if workers <= 1 {
 		for _, j := range jobs {
-			w.engine.evaluate(ctx, w.gvr, j.obj, j.policies)
+			evaluate(j)
 		}
 		return
 	}
@@ -293,7 +299,7 @@ func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstruc
 		go func() {
 			defer wg.Done()
 			for j := range next {
-				w.engine.evaluate(ctx, w.gvr, j.obj, j.policies)
+				evaluate(j)
 			}
 		}()
 	}
