@@ -172,8 +172,9 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject: map[client.Object]cache.ByObject{
 				// Only our own reports are cached: other tools' reports can be large and are none of our business.
-				&v1alpha2.PolicyReport{}:        {Label: managed},
-				&v1alpha2.ClusterPolicyReport{}: {Label: managed},
+				// Ours are kept compacted: a digest of their content instead of their results.
+				&v1alpha2.PolicyReport{}:        {Label: managed, Transform: report.ForCache},
+				&v1alpha2.ClusterPolicyReport{}: {Label: managed, Transform: report.ForCache},
 			}},
 		PprofBindAddress: o.PprofAddr,
 	})

@@ -41,7 +41,7 @@ func (c ObjectChanges[T]) empty() bool {
 // Diff compares the desired reports (from Build) with the existing ones (read from the cluster) and
 // returns what to create, update and delete. An existing report is updated only when its labels, scope,
 // scope selector, summary or results differ semantically from the desired ones, so an unchanged audit
-// writes nothing. Existing reports not owned by celaudit are never deleted; one that bears a desired name
+// writes nothing. Existing reports compacted by ForCache are compared by their content digest. Existing reports not owned by celaudit are never deleted; one that bears a desired name
 // (a celaudit report whose label was removed) is taken over by the update.
 //
 // Labels set by others on existing reports are kept; only celaudit's own labels are enforced.
@@ -51,6 +51,9 @@ func Diff(desired, existing Reports) Changes {
 			meta:     func(r *v1alpha2.PolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta },
 			deepCopy: (*v1alpha2.PolicyReport).DeepCopy,
 			sameContent: func(a, b *v1alpha2.PolicyReport) bool {
+				if d, ok := cachedDigest(&a.ObjectMeta); ok {
+					return d == contentDigest(b.Scope, b.ScopeSelector, b.Summary, b.Results)
+				}
 				return sameContent(a.Scope, b.Scope, a.ScopeSelector, b.ScopeSelector, a.Summary, b.Summary, a.Results, b.Results)
 			},
 		}),
@@ -58,6 +61,9 @@ func Diff(desired, existing Reports) Changes {
 			meta:     func(r *v1alpha2.ClusterPolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta },
 			deepCopy: (*v1alpha2.ClusterPolicyReport).DeepCopy,
 			sameContent: func(a, b *v1alpha2.ClusterPolicyReport) bool {
+				if d, ok := cachedDigest(&a.ObjectMeta); ok {
+					return d == contentDigest(b.Scope, b.ScopeSelector, b.Summary, b.Results)
+				}
 				return sameContent(a.Scope, b.Scope, a.ScopeSelector, b.ScopeSelector, a.Summary, b.Summary, a.Results, b.Results)
 			},
 		}),
@@ -119,6 +125,10 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 		updated := ops.deepCopy(want)
 		meta := ops.meta(have).DeepCopy()
 		meta.Labels = labels
+		delete(meta.Annotations, ContentDigestAnnotation) // the cache's, not the cluster's
+		if len(meta.Annotations) == 0 {
+			meta.Annotations = nil
+		}
 		*ops.meta(updated) = *meta
 		out.Update = append(out.Update, *updated)
 	}

@@ -152,20 +152,60 @@ func TestDiff(t *testing.T) {
 		},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			got := Diff(tt.desired, tt.existing)
-			if p := namesOf(got.PolicyReports, policyMeta); !equalNames(p, tt.wantPolicy) {
-				t.Errorf("policy reports: %+v, want %+v", p, tt.wantPolicy)
+		for _, compacted := range []bool{false, true} {
+			name := tt.name
+			existing := tt.existing
+			if compacted {
+				// As the operator's cache holds them: compared by digest.
+				name += " (cached)"
+				existing = cached(t, existing)
 			}
-			if c := namesOf(got.ClusterPolicyReports, clusterMeta); !equalNames(c, tt.wantCluster) {
-				t.Errorf("cluster policy reports: %+v, want %+v", c, tt.wantCluster)
-			}
-			wantEmpty := equalNames(tt.wantPolicy, changeNames{}) && equalNames(tt.wantCluster, changeNames{})
-			if got.Empty() != wantEmpty {
-				t.Errorf("Empty() = %v, want %v", got.Empty(), wantEmpty)
-			}
-		})
+			t.Run(name, func(t *testing.T) {
+				got := Diff(tt.desired, existing)
+				if p := namesOf(got.PolicyReports, policyMeta); !equalNames(p, tt.wantPolicy) {
+					t.Errorf("policy reports: %+v, want %+v", p, tt.wantPolicy)
+				}
+				if c := namesOf(got.ClusterPolicyReports, clusterMeta); !equalNames(c, tt.wantCluster) {
+					t.Errorf("cluster policy reports: %+v, want %+v", c, tt.wantCluster)
+				}
+				wantEmpty := equalNames(tt.wantPolicy, changeNames{}) && equalNames(tt.wantCluster, changeNames{})
+				if got.Empty() != wantEmpty {
+					t.Errorf("Empty() = %v, want %v", got.Empty(), wantEmpty)
+				}
+				for _, u := range got.PolicyReports.Update {
+					if _, ok := u.Annotations[ContentDigestAnnotation]; ok {
+						t.Errorf("update of %s carries the cache's digest", u.Name)
+					}
+				}
+				for _, u := range got.ClusterPolicyReports.Update {
+					if _, ok := u.Annotations[ContentDigestAnnotation]; ok {
+						t.Errorf("update of %s carries the cache's digest", u.Name)
+					}
+				}
+			})
+		}
 	}
+}
+
+// cached returns reports as ForCache leaves them in the operator's cache.
+func cached(t *testing.T, r Reports) Reports {
+	t.Helper()
+	var out Reports
+	for i := range r.PolicyReports {
+		c, err := ForCache(r.PolicyReports[i].DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.PolicyReports = append(out.PolicyReports, *c.(*v1alpha2.PolicyReport))
+	}
+	for i := range r.ClusterPolicyReports {
+		c, err := ForCache(r.ClusterPolicyReports[i].DeepCopy())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out.ClusterPolicyReports = append(out.ClusterPolicyReports, *c.(*v1alpha2.ClusterPolicyReport))
+	}
+	return out
 }
 
 func equalNames(a, b changeNames) bool {

@@ -10,6 +10,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -38,6 +39,11 @@ func Apply(ctx context.Context, c client.Client, objs ...*unstructured.Unstructu
 	for _, o := range objs {
 		o = o.DeepCopy()
 		err := c.Create(ctx, o)
+		// A kind whose CRD was just established may not be in discovery yet: wait for it to be.
+		for deadline := time.Now().Add(30 * time.Second); meta.IsNoMatchError(err) && time.Now().Before(deadline); {
+			time.Sleep(100 * time.Millisecond)
+			err = c.Create(ctx, o)
+		}
 		if apierrors.IsAlreadyExists(err) {
 			cur := &unstructured.Unstructured{}
 			cur.SetGroupVersionKind(o.GroupVersionKind())
