@@ -45,6 +45,10 @@ func (c ObjectChanges[T]) empty() bool {
 // (a celaudit report whose label was removed) is taken over by the update.
 //
 // Labels set by others on existing reports are kept; only celaudit's own labels are enforced.
+//
+// Diff takes desired over: creates and updates share its content (a namespace's reports add up to megabytes
+// when it has thousands of violations, and a reconcile builds them only to write them), so the caller must
+// not use desired afterwards. Existing reports are only read; what Diff returns of them is copied.
 func Diff(desired, existing Reports) Changes {
 	return Changes{
 		PolicyReports: diffObjects(desired.PolicyReports, existing.PolicyReports, kindOps[v1alpha2.PolicyReport]{
@@ -113,7 +117,7 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 		wanted[key] = true
 		have, ok := current[key]
 		if !ok {
-			out.Create = append(out.Create, *ops.deepCopy(want))
+			out.Create = append(out.Create, *want)
 			continue
 		}
 		labels := mergeLabels(ops.meta(have).Labels, ops.meta(want).Labels)
@@ -122,15 +126,15 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 		}
 		// Start from the desired object for the content and take the existing metadata, so the update
 		// carries the resourceVersion and keeps what others wrote there.
-		updated := ops.deepCopy(want)
+		updated := *want
 		meta := ops.meta(have).DeepCopy()
 		meta.Labels = labels
 		delete(meta.Annotations, ContentDigestAnnotation) // the cache's, not the cluster's
 		if len(meta.Annotations) == 0 {
 			meta.Annotations = nil
 		}
-		*ops.meta(updated) = *meta
-		out.Update = append(out.Update, *updated)
+		*ops.meta(&updated) = *meta
+		out.Update = append(out.Update, updated)
 	}
 	for i := range existing {
 		have := &existing[i]

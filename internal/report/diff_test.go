@@ -237,11 +237,13 @@ func TestDiffUpdateCarriesExistingMetadata(t *testing.T) {
 		t.Errorf("update kind %q, want PolicyReport", u.Kind)
 	}
 
-	// The changes are copies: writing them (which sets status fields, resourceVersions) leaves the
-	// inputs alone.
+	// Writing the changes (which sets resourceVersions and the like) leaves the existing reports alone;
+	// desired is Diff's to share.
 	u.Results[0].Message = "changed"
-	if desired.PolicyReports[0].Results[0].Message == "changed" {
-		t.Error("Diff returned results shared with the desired reports")
+	u.Labels["written"] = "yes"
+	u.Annotations["note"] = "rewritten"
+	if existing.PolicyReports[0].Labels["written"] != "" || existing.PolicyReports[0].Annotations["note"] != "kept" {
+		t.Error("Diff returned metadata shared with the existing reports")
 	}
 }
 
