@@ -51,8 +51,8 @@ type ReportReconciler struct {
 	Rescanning func() bool
 	MaxHold    time.Duration
 	// WritesInFlight bounds the report writes in flight at once, across namespaces (default 32). A namespace
-	// with many violations is split into tens of chunks, which a first audit creates together: each write
-	// mostly waits for etcd to commit it, so many in flight finish about as fast as one.
+	// with many violations is split into tens of chunks, which a first audit creates together; one limit
+	// across namespaces lets its chunks go out while other namespaces have nothing to write.
 	WritesInFlight int
 
 	mu         sync.Mutex
@@ -133,37 +133,32 @@ func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
+	create := func(o client.Object) error { return r.Client.Create(ctx, o) }
+	update := func(o client.Object) error { return r.Client.Update(ctx, o) }
+	remove := func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }
 	var writes []func() error
-	add := func(op func(context.Context, client.Object) error, o client.Object) {
-		writes = append(writes, func() error { return op(ctx, o) })
-	}
-	create := func(ctx context.Context, o client.Object) error { return r.Client.Create(ctx, o) }
-	update := func(ctx context.Context, o client.Object) error { return r.Client.Update(ctx, o) }
-	remove := func(ctx context.Context, o client.Object) error {
-		return client.IgnoreNotFound(r.Client.Delete(ctx, o))
-	}
-	for i := range c.PolicyReports.Create {
-		add(create, &c.PolicyReports.Create[i])
-	}
-	for i := range c.PolicyReports.Update {
-		add(update, &c.PolicyReports.Update[i])
-	}
-	for i := range c.PolicyReports.Delete {
-		add(remove, &c.PolicyReports.Delete[i])
-	}
-	for i := range c.ClusterPolicyReports.Create {
-		add(create, &c.ClusterPolicyReports.Create[i])
-	}
-	for i := range c.ClusterPolicyReports.Update {
-		add(update, &c.ClusterPolicyReports.Update[i])
-	}
-	for i := range c.ClusterPolicyReports.Delete {
-		add(remove, &c.ClusterPolicyReports.Delete[i])
-	}
+	writes = appendWrites(writes, c.PolicyReports.Create, create)
+	writes = appendWrites(writes, c.PolicyReports.Update, update)
+	writes = appendWrites(writes, c.PolicyReports.Delete, remove)
+	writes = appendWrites(writes, c.ClusterPolicyReports.Create, create)
+	writes = appendWrites(writes, c.ClusterPolicyReports.Update, update)
+	writes = appendWrites(writes, c.ClusterPolicyReports.Delete, remove)
 	if err := runBounded(ctx, writes, r.inFlight); err != nil {
 		return fmt.Errorf("writing reports: %w", err)
 	}
 	return nil
+}
+
+// appendWrites appends op on each of objs to writes.
+func appendWrites[T any, PT interface {
+	*T
+	client.Object
+}](writes []func() error, objs []T, op func(client.Object) error) []func() error {
+	for i := range objs {
+		o := PT(&objs[i])
+		writes = append(writes, func() error { return op(o) })
+	}
+	return writes
 }
 
 // runBounded runs fns, each holding a token of sem, and returns all their errors. Each write is to a

@@ -408,9 +408,9 @@ type reportChunk []*entry
 // fit: a change to one object then rewrites one chunk, not every chunk after it, and an API server write
 // costs in proportion to the size of the object written. A namespace split into twice as many chunks as it
 // needs (current) keeps that split, so that a result that comes and goes at a limit does not move every
-// object each time. When no such split exists (one object's results
-// alone exceed the limits) the entries are cut into consecutive runs, so that every result still gets
-// published; a result too large on its own then gets a chunk of its own.
+// object each time. When no such split exists (one object's results alone exceed the limits) the entries
+// are cut into consecutive runs, so that every result still gets published; a result too large on its own
+// then gets a chunk of its own.
 func chunk(entries []*entry, s settings, current int) []reportChunk {
 	if current <= 1 && fits(entries, s) {
 		return []reportChunk{entries} // the common case: no hashing

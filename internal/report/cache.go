@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
@@ -33,9 +32,9 @@ func ForCache(obj any) (any, error) {
 	}
 	switch r := obj.(type) {
 	case *v1alpha2.PolicyReport:
-		compactResults(&r.ObjectMeta, &r.Results, contentDigest(r.Scope, r.ScopeSelector, r.Summary, r.Results))
+		compact(&r.ObjectMeta, &r.Results, policyContent(r))
 	case *v1alpha2.ClusterPolicyReport:
-		compactResults(&r.ObjectMeta, &r.Results, contentDigest(r.Scope, r.ScopeSelector, r.Summary, r.Results))
+		compact(&r.ObjectMeta, &r.Results, clusterContent(r))
 	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
@@ -43,11 +42,12 @@ func ForCache(obj any) (any, error) {
 	return obj, nil
 }
 
-func compactResults(meta *metav1.ObjectMeta, results *[]v1alpha2.PolicyReportResult, digest string) {
+// compact records c's digest on the report and keeps only the ID and timestamp of each of its results.
+func compact(meta *metav1.ObjectMeta, results *[]v1alpha2.PolicyReportResult, c content) {
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}
-	meta.Annotations[ContentDigestAnnotation] = digest
+	meta.Annotations[ContentDigestAnnotation] = c.digest()
 	kept := make([]v1alpha2.PolicyReportResult, 0, len(*results))
 	for _, r := range *results {
 		k := v1alpha2.PolicyReportResult{Timestamp: r.Timestamp}
@@ -59,16 +59,11 @@ func compactResults(meta *metav1.ObjectMeta, results *[]v1alpha2.PolicyReportRes
 	*results = kept
 }
 
-// contentDigest is a digest of the content fields both report kinds share. Two contents have equal digests
-// exactly when their JSON encodings are equal: every slice and map of the types is omitempty, so nil and
-// empty compare equal, as they do for equality.Semantic.
-func contentDigest(scope *corev1.ObjectReference, sel *metav1.LabelSelector, summary v1alpha2.PolicyReportSummary, results []v1alpha2.PolicyReportResult) string {
-	data, err := json.Marshal(struct {
-		Scope         *corev1.ObjectReference       `json:"scope,omitempty"`
-		ScopeSelector *metav1.LabelSelector         `json:"scopeSelector,omitempty"`
-		Summary       v1alpha2.PolicyReportSummary  `json:"summary"`
-		Results       []v1alpha2.PolicyReportResult `json:"results,omitempty"`
-	}{scope, sel, summary, results})
+// digest is a digest of the content. Two contents have equal digests exactly when their JSON encodings are
+// equal: every slice and map of the types is omitempty, so nil and empty compare equal, as they do for
+// equality.Semantic.
+func (c content) digest() string {
+	data, err := json.Marshal(c)
 	if err != nil {
 		return "" // never equal to a digest: the report is rewritten
 	}

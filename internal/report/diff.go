@@ -41,8 +41,9 @@ func (c ObjectChanges[T]) empty() bool {
 // Diff compares the desired reports (from Build) with the existing ones (read from the cluster) and
 // returns what to create, update and delete. An existing report is updated only when its labels, scope,
 // scope selector, summary or results differ semantically from the desired ones, so an unchanged audit
-// writes nothing. Existing reports compacted by ForCache are compared by their content digest. Existing reports not owned by celaudit are never deleted; one that bears a desired name
-// (a celaudit report whose label was removed) is taken over by the update.
+// writes nothing; reports compacted by ForCache are compared by their content digest. Existing reports not
+// owned by celaudit are never deleted; one that bears a desired name (a celaudit report whose label was
+// removed) is taken over by the update.
 //
 // Labels set by others on existing reports are kept; only celaudit's own labels are enforced.
 //
@@ -54,45 +55,50 @@ func Diff(desired, existing Reports) Changes {
 		PolicyReports: diffObjects(desired.PolicyReports, existing.PolicyReports, kindOps[v1alpha2.PolicyReport]{
 			meta:     func(r *v1alpha2.PolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta },
 			deepCopy: (*v1alpha2.PolicyReport).DeepCopy,
-			sameContent: func(a, b *v1alpha2.PolicyReport) bool {
-				if d, ok := cachedDigest(&a.ObjectMeta); ok {
-					return d == contentDigest(b.Scope, b.ScopeSelector, b.Summary, b.Results)
-				}
-				return sameContent(a.Scope, b.Scope, a.ScopeSelector, b.ScopeSelector, a.Summary, b.Summary, a.Results, b.Results)
-			},
+			content:  policyContent,
 		}),
 		ClusterPolicyReports: diffObjects(desired.ClusterPolicyReports, existing.ClusterPolicyReports, kindOps[v1alpha2.ClusterPolicyReport]{
 			meta:     func(r *v1alpha2.ClusterPolicyReport) *metav1.ObjectMeta { return &r.ObjectMeta },
 			deepCopy: (*v1alpha2.ClusterPolicyReport).DeepCopy,
-			sameContent: func(a, b *v1alpha2.ClusterPolicyReport) bool {
-				if d, ok := cachedDigest(&a.ObjectMeta); ok {
-					return d == contentDigest(b.Scope, b.ScopeSelector, b.Summary, b.Results)
-				}
-				return sameContent(a.Scope, b.Scope, a.ScopeSelector, b.ScopeSelector, a.Summary, b.Summary, a.Results, b.Results)
-			},
+			content:  clusterContent,
 		}),
 	}
 }
 
-// sameContent compares the content fields both report kinds share. The summary is compared first: it is
-// cheap and differs whenever the set of results changes.
-func sameContent(
-	scopeA, scopeB *corev1.ObjectReference,
-	selA, selB *metav1.LabelSelector,
-	sumA, sumB v1alpha2.PolicyReportSummary,
-	resA, resB []v1alpha2.PolicyReportResult,
-) bool {
-	return sumA == sumB &&
-		equality.Semantic.DeepEqual(scopeA, scopeB) &&
-		equality.Semantic.DeepEqual(selA, selB) &&
-		equality.Semantic.DeepEqual(resA, resB)
+// content is what both report kinds hold besides their metadata. Its JSON form is the reports' own.
+type content struct {
+	Scope         *corev1.ObjectReference       `json:"scope,omitempty"`
+	ScopeSelector *metav1.LabelSelector         `json:"scopeSelector,omitempty"`
+	Summary       v1alpha2.PolicyReportSummary  `json:"summary"`
+	Results       []v1alpha2.PolicyReportResult `json:"results,omitempty"`
+}
+
+func policyContent(r *v1alpha2.PolicyReport) content {
+	return content{r.Scope, r.ScopeSelector, r.Summary, r.Results}
+}
+
+func clusterContent(r *v1alpha2.ClusterPolicyReport) content {
+	return content{r.Scope, r.ScopeSelector, r.Summary, r.Results}
+}
+
+// sameContent reports whether an existing report (its metadata and content) holds the desired content: by
+// the digest ForCache left on it, or else semantically. The summary is compared first: it is cheap and
+// differs whenever the set of results changes.
+func sameContent(haveMeta *metav1.ObjectMeta, have, want content) bool {
+	if d, ok := cachedDigest(haveMeta); ok {
+		return d == want.digest()
+	}
+	return have.Summary == want.Summary &&
+		equality.Semantic.DeepEqual(have.Scope, want.Scope) &&
+		equality.Semantic.DeepEqual(have.ScopeSelector, want.ScopeSelector) &&
+		equality.Semantic.DeepEqual(have.Results, want.Results)
 }
 
 // kindOps gives diffObjects access to what it needs of one report kind.
 type kindOps[T any] struct {
-	meta        func(*T) *metav1.ObjectMeta
-	deepCopy    func(*T) *T
-	sameContent func(a, b *T) bool // scope, scope selector, summary and results; not metadata
+	meta     func(*T) *metav1.ObjectMeta
+	deepCopy func(*T) *T
+	content  func(*T) content
 }
 
 type objectKey struct{ namespace, name string }
@@ -121,7 +127,7 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 			continue
 		}
 		labels := mergeLabels(ops.meta(have).Labels, ops.meta(want).Labels)
-		if equality.Semantic.DeepEqual(labels, ops.meta(have).Labels) && ops.sameContent(have, want) {
+		if equality.Semantic.DeepEqual(labels, ops.meta(have).Labels) && sameContent(ops.meta(have), ops.content(have), ops.content(want)) {
 			continue
 		}
 		// Start from the desired object for the content and take the existing metadata, so the update

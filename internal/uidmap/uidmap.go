@@ -163,10 +163,7 @@ func (m *Map[V]) deleteAt(i int) {
 	if m.isDead(i) {
 		return
 	}
-	m.dead[i/64] |= 1 << (i % 64)
-	m.ndead++
-	var zero V
-	m.sorted[i].v = zero // release what the value points to
+	m.markDead(i)
 	m.compactIfSparse()
 }
 
@@ -199,10 +196,21 @@ func (m *Map[V]) merge() {
 // Len returns the number of UIDs in the map.
 func (m *Map[V]) Len() int { return len(m.sorted) - m.ndead + len(m.recent) + len(m.other) }
 
-// Values yields every value, in no particular order.
+// Values yields every value, in no particular order. Unlike All, it formats no UID: metrics count every
+// object's results on each scrape.
 func (m *Map[V]) Values() iter.Seq[V] {
 	return func(yield func(V) bool) {
-		for _, v := range m.All() {
+		for i := range m.sorted {
+			if !m.isDead(i) && !yield(m.sorted[i].v) {
+				return
+			}
+		}
+		for _, v := range m.recent {
+			if !yield(v) {
+				return
+			}
+		}
+		for _, v := range m.other {
 			if !yield(v) {
 				return
 			}
@@ -245,7 +253,7 @@ func (m *Map[V]) markDead(i int) {
 	m.dead[i/64] |= 1 << (i % 64)
 	m.ndead++
 	var zero V
-	m.sorted[i].v = zero
+	m.sorted[i].v = zero // release what the value points to
 }
 
 func (m *Map[V]) compactIfSparse() {

@@ -169,7 +169,7 @@ func (o *operator) ready() bool {
 }
 
 // readyPoller polls readiness every 100 ms and remembers the first time it passed.
-func (o *operator) readyPoller(ctx context.Context) (ready func() bool, at func() time.Time) {
+func (o *operator) readyPoller(ctx context.Context, onReady func()) (ready func() bool, at func() time.Time) {
 	var (
 		mu    sync.Mutex
 		first time.Time
@@ -177,6 +177,9 @@ func (o *operator) readyPoller(ctx context.Context) (ready func() bool, at func(
 	go func() {
 		for ctx.Err() == nil {
 			if o.ready() {
+				if onReady != nil {
+					onReady() // before first is set: what it records is visible once ready reports true
+				}
 				mu.Lock()
 				first = time.Now()
 				mu.Unlock()

@@ -49,9 +49,11 @@ type Result struct {
 	FirstAuditCPUSeconds float64
 	// CPU seconds of the control plane from operator start until the first audit settled.
 	FirstAuditControlPlaneCPUSeconds float64
-	TotalCPUSeconds                  float64
-	Summaries                        counts
-	SummariesMatch                   bool
+	// CPU seconds of the operator and of the control plane from operator start until readiness.
+	ReadyCPUSeconds, ReadyControlPlaneCPUSeconds float64
+	TotalCPUSeconds                              float64
+	Summaries                                    counts
+	SummariesMatch                               bool
 
 	Baseline                      memory
 	BaselineSettleSeconds         float64
@@ -238,6 +240,14 @@ func markdown(w io.Writer, r *Result) {
 	if r.FirstAuditControlPlaneCPUSeconds > 0 {
 		p("| control plane CPU from operator start until the first audit settled (includes the 3 s of quiet) | %s |",
 			secs(r.FirstAuditControlPlaneCPUSeconds))
+	}
+	if r.ReadyCPUSeconds > 0 && r.ReadySeconds > 0 {
+		// Both CPU readings after readiness were taken once the reports had been quiet for 3 s.
+		after := r.FirstAuditSeconds - r.ReadySeconds + 3
+		p("| cores used until readiness (%s, evaluation) / from readiness until settled (%s, report writes and 3 s of quiet): operator, control plane | %.2f, %.2f / %.2f, %.2f |",
+			secs(r.ReadySeconds), secs(after),
+			r.ReadyCPUSeconds/r.ReadySeconds, r.ReadyControlPlaneCPUSeconds/r.ReadySeconds,
+			(r.FirstAuditCPUSeconds-r.ReadyCPUSeconds)/after, (r.FirstAuditControlPlaneCPUSeconds-r.ReadyControlPlaneCPUSeconds)/after)
 	}
 	match := "yes"
 	if !r.SummariesMatch {

@@ -51,10 +51,9 @@ type reports struct {
 
 func newReports() *reports { return &reports{byName: map[string]*reportState{}} }
 
-// watch starts the watches; they end with ctx.
 // watch follows the managed reports with an informer, so that a watch the API server closes (a slow
 // consumer during a burst of report writes, a timeout) resumes from the last resourceVersion instead of
-// losing events.
+// losing events. The informers end with ctx.
 func (r *reports) watch(ctx context.Context, dyn dynamic.Interface) error {
 	selector := report.ManagedByLabel + "=" + report.ManagedByValue
 	for _, gvr := range []schema.GroupVersionResource{policyReportsGVR, clusterPolicyReportsGVR} {

@@ -145,7 +145,7 @@ func runBaseline(ctx context.Context, c config, res *Result) error {
 		return err
 	}
 	defer op.stop()
-	ready, _ := op.readyPoller(ctx)
+	ready, _ := op.readyPoller(ctx, nil)
 	last, got, matched := cl.reports.waitSettled(ctx, ready, want, 3*time.Second, 5*time.Minute)
 	if !matched {
 		return fmt.Errorf("baseline reports did not settle: summaries %+v, want %+v; %w", got, want, op.running())
@@ -291,7 +291,13 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		return err
 	}
 	defer op.stop()
-	ready, readyAt := op.readyPoller(ctx)
+	// The CPU used until readiness (every object evaluated) against after it (the reports written) tells
+	// which program bounds each phase of the first audit.
+	var readyOpCPU, readyCPCPU time.Duration
+	ready, readyAt := op.readyPoller(ctx, func() {
+		readyOpCPU, _ = op.cpu()
+		readyCPCPU = controlPlaneCPU() - cpMeter.cp
+	})
 	logf("operator started (pid %d, log %s)", op.cmd.Process.Pid, op.log.Name())
 	last, got, matched := cl.reports.waitSettled(ctx, func() bool { return ready() && op.running() == nil }, want, 3*time.Second, c.auditTimeout)
 	if err := op.running(); err != nil {
@@ -306,6 +312,9 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		res.FirstAuditCPUSeconds = cpu.Seconds()
 	}
 	res.FirstAuditControlPlaneCPUSeconds, _ = cpMeter.stop()
+	if !readyAt().IsZero() {
+		res.ReadyCPUSeconds, res.ReadyControlPlaneCPUSeconds = readyOpCPU.Seconds(), readyCPCPU.Seconds()
+	}
 	if res.AfterFirstAudit, err = op.memory(); err != nil {
 		return err
 	}
