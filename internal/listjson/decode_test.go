@@ -1,0 +1,224 @@
+package listjson
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+)
+
+// decodeListCases are LIST bodies whose decoding must equal client-go's generic decoder's.
+var decodeListCases = map[string]string{
+	"built-in list, items without kind": `{"kind":"ConfigMapList","apiVersion":"v1","metadata":{"resourceVersion":"42","continue":"abc","remainingItemCount":7},
+		"items":[{"metadata":{"name":"a","namespace":"ns","uid":"u1","resourceVersion":"40"},"data":{"k":"v"}},
+		         {"metadata":{"name":"b","namespace":"ns"},"binaryData":{"x":"AAEC"}}]}`,
+	"custom resources with kind": `{"apiVersion":"example.com/v1","kind":"WidgetList","metadata":{"resourceVersion":"9"},
+		"items":[{"apiVersion":"example.com/v1","kind":"Widget","metadata":{"name":"w"},"spec":{"replicas":3}}]}`,
+	"item with only kind keeps it": `{"apiVersion":"v1","kind":"PodList","metadata":{},"items":[{"kind":"Other","metadata":{"name":"p"}}]}`,
+	"numbers": `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[{"spec":{
+		"int":1,"neg":-17,"zero":0,"negzero":-0,"float":1.5,"integral float":2.0,"exp":1e3,"Exp":2E-2,
+		"max":9223372036854775807,"overflow":9223372036854775808,"min":-9223372036854775808,
+		"list":[1,2.5,-3,[4,[5.0]]]}}]}`,
+	"strings": `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[{"data":{
+		"escapes":"a\"b\\c\/d\b\f\n\r\t","unicode":"\u00e9\u4e2d\ud83d\ude00","lone surrogate":"\ud800x",
+		"raw":"é中😀","empty":"","html":"<a href=\"x\">&amp;</a>"}}]}`,
+	"invalid utf-8": "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMapList\",\"metadata\":{},\"items\":[{\"data\":{\"k\":\"a\xffb\xc3\"}}]}",
+	"literals and nesting": `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[{"a":true,"b":false,"c":null,"d":{},"e":[],
+		"f":[{"g":[{"h":null}]}],"dup":1,"dup":2}]}`,
+	"whitespace":     " \n\t{ \"apiVersion\" : \"v1\" , \"kind\" : \"ConfigMapList\" , \"metadata\" : { } , \"items\" : [ { \"a\" : [ 1 , 2 ] } ] } \n",
+	"null items":     `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"1"},"items":null}`,
+	"empty items":    `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"1"},"items":[]}`,
+	"null item":      `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[null,{"metadata":{"name":"x"}}]}`,
+	"items first":    `{"items":[{"metadata":{"name":"x"}}],"metadata":{"continue":"c"},"kind":"SecretList","apiVersion":"v1"}`,
+	"case-sensitive": `{"apiVersion":"v1","kind":"ConfigMapList","Metadata":{"continue":"no"},"Items":[{"x":1}],"metadata":{"continue":"yes"},"items":[{"y":2}]}`,
+}
+
+// slowPathCases are valid bodies the one-pass decoder hands to the generic one.
+var slowPathCases = map[string]bool{"null item": true}
+
+func TestDecodeListMatchesClientGo(t *testing.T) {
+	for name, body := range decodeListCases {
+		t.Run(name, func(t *testing.T) {
+			want, err := genericDecode([]byte(body))
+			if err != nil {
+				t.Fatalf("client-go cannot decode the case: %v", err)
+			}
+			for _, dec := range []struct {
+				name   string
+				decode func([]byte) (*unstructured.UnstructuredList, error)
+			}{{"Decode", Decode}, {"decodeListSlow", decodeListSlow}, {"decodeListFast", decodeListFast}} {
+				got, err := dec.decode([]byte(body))
+				if dec.name == "decodeListFast" && slowPathCases[name] {
+					if !errors.Is(err, errSlowPath) {
+						t.Fatalf("decodeListFast: %v, want errSlowPath", err)
+					}
+					continue
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", dec.name, err)
+				}
+				if diff := compareLists(got, want); diff != "" {
+					t.Fatalf("%s: %s", dec.name, diff)
+				}
+			}
+		})
+	}
+}
+
+// TestDecodeListFastPath checks that realistic pages, including escapes and deep nesting within the bound,
+// are decoded without falling back.
+func TestDecodeListFastPath(t *testing.T) {
+	deep := strings.Repeat(`{"a":`, maxFastDepth-2) + "1" + strings.Repeat("}", maxFastDepth-2)
+	for name, body := range map[string]string{
+		"deployments": deploymentPage(3),
+		"escaped key": `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[{"data":{"a\u0062":"x\ty"}}]}`,
+		"deep":        `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[` + deep + `]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			want, err := genericDecode([]byte(body))
+			if err != nil {
+				t.Fatalf("client-go cannot decode the case: %v", err)
+			}
+			got, err := decodeListFast([]byte(body))
+			if err != nil {
+				t.Fatalf("decodeListFast: %v", err)
+			}
+			if diff := compareLists(got, want); diff != "" {
+				t.Fatal(diff)
+			}
+		})
+	}
+}
+
+func TestDecodeListRejectsBadBodies(t *testing.T) {
+	for name, body := range map[string]string{
+		"truncated":           `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1}`,
+		"item not an object":  `{"apiVersion":"v1","kind":"ConfigMapList","items":[1]}`,
+		"items not a list":    `{"apiVersion":"v1","kind":"ConfigMapList","items":{}}`,
+		"trailing garbage":    `{"apiVersion":"v1","kind":"ConfigMapList","items":[]} x`,
+		"not json":            `<html>`,
+		"number out of range": `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1e400}]}`,
+		"no kind":             `{"apiVersion":"v1","items":[]}`,
+		"bad apiVersion":      `{"apiVersion":"a/b/c","kind":"ConfigMapList","items":[]}`,
+		"not a list":          `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`,
+		"range in other key":  `{"apiVersion":"v1","kind":"ConfigMapList","other":{"a":1e400},"items":[]}`,
+		"leading zero":        `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":01}]}`,
+		"bare fraction":       `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1.}]}`,
+		"bare exponent":       `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1e}]}`,
+		"plus sign":           `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":+1}]}`,
+		"control character":   "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMapList\",\"items\":[{\"a\":\"x\ny\"}]}",
+		"bad escape":          `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":"\x"}]}`,
+		"trailing comma":      `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1,}]}`,
+		"unquoted key":        `{"apiVersion":"v1","kind":"ConfigMapList","items":[{a:1}]}`,
+		"bad literal":         `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":nul}]}`,
+		"too deep":            `{"apiVersion":"v1","kind":"ConfigMapList","items":[` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := genericDecode([]byte(body)); err == nil {
+				t.Fatalf("client-go decodes the case: it is not a bad body")
+			}
+			if got, err := Decode([]byte(body)); err == nil {
+				t.Fatalf("Decode accepted it: %v", got.Items)
+			}
+		})
+	}
+}
+
+func FuzzDecodeList(f *testing.F) {
+	for _, body := range decodeListCases {
+		f.Add([]byte(body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		want, err := genericDecode(body)
+		if err != nil {
+			if got, err := Decode(body); err == nil {
+				t.Fatalf("client-go rejects %q, Decode decodes it: %v", body, got.Items)
+			}
+			return
+		}
+		got, err := Decode(body)
+		if err != nil {
+			t.Fatalf("client-go decodes %q, Decode fails: %v", body, err)
+		}
+		if diff := compareLists(got, want); diff != "" {
+			t.Fatalf("%q: %s", body, diff)
+		}
+	})
+}
+
+func genericDecode(data []byte) (*unstructured.UnstructuredList, error) {
+	obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, data)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := obj.(*unstructured.UnstructuredList)
+	if !ok {
+		return nil, fmt.Errorf("decoded a %T", obj)
+	}
+	return list, nil
+}
+
+// compareLists compares what the engine reads of a page: the items, and the list's apiVersion, kind and
+// metadata.
+func compareLists(got, want *unstructured.UnstructuredList) string {
+	var diffs []string
+	if len(got.Items) != len(want.Items) {
+		return fmt.Sprintf("%d items, want %d", len(got.Items), len(want.Items))
+	}
+	for i := range want.Items {
+		if !reflect.DeepEqual(got.Items[i].Object, want.Items[i].Object) {
+			diffs = append(diffs, fmt.Sprintf("item %d:\n got %#v\nwant %#v", i, got.Items[i].Object, want.Items[i].Object))
+		}
+	}
+	for _, k := range []string{"apiVersion", "kind", "metadata"} {
+		if !reflect.DeepEqual(got.Object[k], want.Object[k]) {
+			diffs = append(diffs, fmt.Sprintf("list %s: got %#v, want %#v", k, got.Object[k], want.Object[k]))
+		}
+	}
+	return strings.Join(diffs, "\n")
+}
+
+// deploymentPage is a LIST page of n Deployments as the API server sends it.
+func deploymentPage(n int) string {
+	var items []string
+	for i := range n {
+		items = append(items, fmt.Sprintf(`{"metadata":{"name":"d-%d","namespace":"ns-%d","uid":"6b1f6d0e-0000-4000-8000-%012d","resourceVersion":"%d",
+			"generation":1,"creationTimestamp":"2026-11-22T08:00:00Z","labels":{"app":"d-%d","tier":"web"}},
+			"spec":{"replicas":2,"selector":{"matchLabels":{"app":"d-%d"}},"template":{"metadata":{"labels":{"app":"d-%d"}},
+			"spec":{"containers":[{"name":"app","image":"registry.example/app:1.%d","ports":[{"containerPort":8080,"protocol":"TCP"}],
+			"resources":{"limits":{"cpu":"500m","memory":"256Mi"},"requests":{"cpu":"100m","memory":"128Mi"}},
+			"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File","imagePullPolicy":"IfNotPresent"}],
+			"restartPolicy":"Always","terminationGracePeriodSeconds":30,"dnsPolicy":"ClusterFirst","securityContext":{},"schedulerName":"default-scheduler"}},
+			"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%%","maxSurge":"25%%"}},"revisionHistoryLimit":10,"progressDeadlineSeconds":600},
+			"status":{}}`, i, i%100, i, 1000+i, i, i, i, i))
+	}
+	return `{"kind":"DeploymentList","apiVersion":"apps/v1","metadata":{"resourceVersion":"99999","continue":"x"},"items":[` +
+		strings.Join(items, ",") + `]}`
+}
+
+// BenchmarkDecodeList decodes a page of 500 Deployments.
+func BenchmarkDecodeList(b *testing.B) {
+	body := []byte(deploymentPage(500))
+	b.Run("client-go", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := genericDecode(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("Decode", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := Decode(body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
