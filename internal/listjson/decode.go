@@ -38,23 +38,104 @@ type decoder struct {
 	pos   int
 	depth int
 	keys  map[string]string
+	// intern adds new keys to keys; false while decoding an item, when keys is shared and read-only.
+	intern bool
 }
 
 // Decode decodes a JSON LIST response into what unstructured.UnstructuredJSONScheme makes of it: the same
 // items with the same values and number handling, items without apiVersion and kind (the items of built-in
-// lists) given them from the list, and the list's apiVersion, kind and metadata. It reads a page the API
-// server sends once, where the generic decoder scans it for items, validates it, decodes it into a map and
-// decodes every item a second time. Other bodies go to the generic decoder.
+// lists) given them from the list, and the list's apiVersion, kind and metadata. It is DecodePage with every
+// item decoded.
 func Decode(data []byte) (*unstructured.UnstructuredList, error) {
-	list, err := decodeListFast(data)
-	if err == nil {
-		return list, nil
+	page, err := DecodePage(data)
+	if err != nil {
+		return nil, err
 	}
-	return decodeListSlow(data)
+	list := page.List
+	list.Items = make([]unstructured.Unstructured, page.Len())
+	for i := range list.Items {
+		item, err := page.Item(i)
+		if err != nil {
+			return nil, err
+		}
+		list.Items[i] = *item
+	}
+	return list, nil
 }
 
-// decodeListSlow is Decode's fallback, for bodies the one-pass decoder hands over: client-go's generic
-// decoder itself, so that such bodies are accepted, rejected and decoded exactly as client-go would.
+// Page is a LIST page whose items are decoded one at a time, when they are used: a decoded object takes
+// several times the memory of its JSON, and an audit only needs the objects it is evaluating.
+type Page struct {
+	// List holds the page's apiVersion, kind and metadata (resourceVersion, continue). Its Items are empty.
+	List *unstructured.UnstructuredList
+
+	data       []byte
+	raw        [][2]int                    // each item's span in data
+	decoded    []unstructured.Unstructured // instead of raw, when the generic decoder read the page
+	keys       map[string]string           // the page's short map keys, read-only once the page is scanned
+	apiVersion string
+	itemKind   string
+}
+
+// DecodePage reads a JSON LIST response. A page as the API server sends it is checked in one pass, which
+// accepts exactly what the generic decoder accepts, and its items are decoded by Item. Other bodies go to
+// the generic decoder whole, so that they are accepted, rejected and decoded exactly as client-go would.
+// The page keeps data: it must not be modified.
+func DecodePage(data []byte) (*Page, error) {
+	page, err := scanPage(data)
+	if err == nil {
+		return page, nil
+	}
+	list, err := decodeListSlow(data)
+	if err != nil {
+		return nil, err
+	}
+	items := list.Items
+	list.Items = nil
+	return &Page{List: list, decoded: items}, nil
+}
+
+// Len is the number of items.
+func (p *Page) Len() int {
+	if p.raw == nil {
+		return len(p.decoded)
+	}
+	return len(p.raw)
+}
+
+// Item returns item i, decoding it anew at each call on a page the one-pass decoder read. It is safe for
+// concurrent use. The error is only possible if the decoders disagree on what the scan accepted.
+func (p *Page) Item(i int) (*unstructured.Unstructured, error) {
+	if p.raw == nil {
+		return &p.decoded[i], nil
+	}
+	m, err := p.decodeItem(i)
+	if err != nil {
+		// What the generic decoder does with each item.
+		m = map[string]interface{}{}
+		if err := utiljson.Unmarshal(p.rawItem(i), &m); err != nil {
+			return nil, fmt.Errorf("decoding item %d of the page: %w", i, err)
+		}
+	}
+	item := &unstructured.Unstructured{Object: m}
+	if item.GetKind() == "" && item.GetAPIVersion() == "" {
+		item.SetKind(p.itemKind)
+		item.SetAPIVersion(p.apiVersion)
+	}
+	return item, nil
+}
+
+func (p *Page) rawItem(i int) []byte {
+	return p.data[p.raw[i][0]:p.raw[i][1]]
+}
+
+// decodeItem decodes item i in one pass. The scan checked that it is an object.
+func (p *Page) decodeItem(i int) (map[string]interface{}, error) {
+	d := &decoder{data: p.rawItem(i), keys: p.keys, pos: 1}
+	return d.object()
+}
+
+// decodeListSlow is the fallback, for bodies the one-pass decoder hands over: client-go's generic decoder.
 func decodeListSlow(data []byte) (*unstructured.UnstructuredList, error) {
 	obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, data)
 	if err != nil {
@@ -67,14 +148,16 @@ func decodeListSlow(data []byte) (*unstructured.UnstructuredList, error) {
 	return list, nil
 }
 
-func decodeListFast(data []byte) (*unstructured.UnstructuredList, error) {
-	d := &decoder{data: data, keys: map[string]string{}}
+// scanPage checks a page in one pass and finds its items. It decodes only the list's own apiVersion, kind
+// and metadata, and collects the page's map keys for interning.
+func scanPage(data []byte) (*Page, error) {
+	d := &decoder{data: data, keys: map[string]string{}, intern: true}
 	d.skipSpace()
 	if !d.consume('{') {
 		return nil, errSlowPath
 	}
 	list := &unstructured.UnstructuredList{Object: map[string]interface{}{}}
-	var items []map[string]interface{}
+	var items [][2]int
 	hasItems := false
 	d.skipSpace()
 	if !d.consume('}') {
@@ -106,7 +189,7 @@ func decodeListFast(data []byte) (*unstructured.UnstructuredList, error) {
 					list.Object[key] = v
 				}
 			default:
-				if _, err := d.value(); err != nil {
+				if err := d.skip(); err != nil {
 					return nil, err
 				}
 			}
@@ -125,43 +208,43 @@ func decodeListFast(data []byte) (*unstructured.UnstructuredList, error) {
 	if d.pos != len(d.data) || !hasItems || list.GroupVersionKind().Kind == "" {
 		return nil, errSlowPath
 	}
-	apiVersion, itemKind := list.GetAPIVersion(), strings.TrimSuffix(list.GetKind(), "List")
-	list.Items = make([]unstructured.Unstructured, len(items))
-	for i, m := range items {
-		item := &list.Items[i]
-		item.Object = m
-		if item.GetKind() == "" && item.GetAPIVersion() == "" {
-			item.SetKind(itemKind)
-			item.SetAPIVersion(apiVersion)
-		}
+	if items == nil {
+		items = [][2]int{}
 	}
-	return list, nil
+	return &Page{
+		List:       list,
+		data:       data,
+		raw:        items,
+		keys:       d.keys,
+		apiVersion: list.GetAPIVersion(),
+		itemKind:   strings.TrimSuffix(list.GetKind(), "List"),
+	}, nil
 }
 
-// items decodes the items array: null, or objects only (anything else takes the slow path, which decides
-// what the generic decoder makes of it).
-func (d *decoder) items() ([]map[string]interface{}, error) {
+// items checks the items array and returns the span of each item: null, or objects only (anything else
+// takes the slow path, which decides what the generic decoder makes of it).
+func (d *decoder) items() ([][2]int, error) {
 	if d.literal("null") {
 		return nil, nil
 	}
 	if !d.consume('[') {
 		return nil, errSlowPath
 	}
-	items := []map[string]interface{}{}
+	items := [][2]int{}
 	d.skipSpace()
 	if d.consume(']') {
 		return items, nil
 	}
 	for {
 		d.skipSpace()
-		if !d.consume('{') {
+		start := d.pos
+		if d.pos >= len(d.data) || d.data[d.pos] != '{' {
 			return nil, errSlowPath
 		}
-		m, err := d.object()
-		if err != nil {
+		if err := d.skip(); err != nil {
 			return nil, err
 		}
-		items = append(items, m)
+		items = append(items, [2]int{start, d.pos})
 		d.skipSpace()
 		if d.consume(',') {
 			continue
@@ -171,6 +254,119 @@ func (d *decoder) items() ([]map[string]interface{}, error) {
 		}
 		return nil, errSlowPath
 	}
+}
+
+// skip checks a value without building it, accepting exactly what value decodes: the same grammar, depth
+// bound and number range, and the escapes encoding/json accepts. Keys are collected for interning.
+func (d *decoder) skip() error {
+	if d.pos >= len(d.data) {
+		return errSlowPath
+	}
+	switch c := d.data[d.pos]; {
+	case c == '{':
+		d.pos++
+		return d.skipContainer('}', true)
+	case c == '[':
+		d.pos++
+		return d.skipContainer(']', false)
+	case c == '"':
+		_, _, err := d.skipString()
+		return err
+	case c == 't' && d.literal("true"), c == 'f' && d.literal("false"), c == 'n' && d.literal("null"):
+		return nil
+	case c == '-' || c >= '0' && c <= '9':
+		_, err := d.number(false)
+		return err
+	}
+	return errSlowPath
+}
+
+func (d *decoder) skipContainer(end byte, object bool) error {
+	if d.depth++; d.depth > maxFastDepth {
+		return errSlowPath
+	}
+	defer func() { d.depth-- }()
+	d.skipSpace()
+	if d.consume(end) {
+		return nil
+	}
+	for {
+		d.skipSpace()
+		if object {
+			if _, err := d.str(false); err != nil {
+				return err
+			}
+			d.skipSpace()
+			if !d.consume(':') {
+				return errSlowPath
+			}
+			d.skipSpace()
+		}
+		if err := d.skip(); err != nil {
+			return err
+		}
+		d.skipSpace()
+		if d.consume(',') {
+			continue
+		}
+		if d.consume(end) {
+			return nil
+		}
+		return errSlowPath
+	}
+}
+
+// skipString checks a string whose opening quote is next and returns its contents, and whether they are
+// plain: without escapes and valid UTF-8, so that the string is the bytes themselves.
+func (d *decoder) skipString() (raw []byte, plain bool, err error) {
+	if !d.consume('"') {
+		return nil, false, errSlowPath
+	}
+	start := d.pos
+	plain = true
+	ascii := true
+	for d.pos < len(d.data) {
+		c := d.data[d.pos]
+		switch {
+		case c == '"':
+			raw = d.data[start:d.pos]
+			d.pos++
+			return raw, plain && (ascii || utf8.Valid(raw)), nil
+		case c == '\\':
+			plain = false
+			if d.pos+1 >= len(d.data) {
+				return nil, false, errSlowPath
+			}
+			switch d.data[d.pos+1] {
+			case '"', '\\', '/', 'b', 'f', 'n', 'r', 't':
+				d.pos += 2
+			case 'u':
+				if d.pos+6 > len(d.data) {
+					return nil, false, errSlowPath
+				}
+				for _, h := range d.data[d.pos+2 : d.pos+6] {
+					if !isHex(h) {
+						return nil, false, errSlowPath
+					}
+				}
+				d.pos += 6
+			default:
+				return nil, false, errSlowPath
+			}
+		case c < 0x20:
+			return nil, false, errSlowPath
+		case c >= utf8.RuneSelf:
+			ascii = false
+			d.pos++
+		default:
+			d.pos++
+		}
+	}
+	return nil, false, errSlowPath
+}
+
+func isHex(c byte) bool {
+	return c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F'
 }
 
 func (d *decoder) skipSpace() {
@@ -220,7 +416,7 @@ func (d *decoder) value() (interface{}, error) {
 	case c == 'n' && d.literal("null"):
 		return nil, nil
 	case c == '-' || c >= '0' && c <= '9':
-		return d.number()
+		return d.number(true)
 	}
 	return nil, errSlowPath
 }
@@ -294,57 +490,37 @@ func (d *decoder) array() ([]interface{}, error) {
 
 // str decodes a string. Plain ones (no escape, valid UTF-8) are copied; the others are unquoted by utiljson
 // itself, so that escapes, surrogates and invalid bytes come out exactly as encoding/json makes them. Keys
-// (value false) are interned.
+// (value false) are interned: added to the page's table while scanning, looked up when decoding an item.
 func (d *decoder) str(value bool) (string, error) {
-	if !d.consume('"') {
-		return "", errSlowPath
-	}
 	start := d.pos
-	plain, ascii := true, true
-	for {
-		if d.pos >= len(d.data) {
-			return "", errSlowPath
-		}
-		c := d.data[d.pos]
-		switch {
-		case c == '"':
-			raw := d.data[start:d.pos]
-			d.pos++
-			if plain && (ascii || utf8.Valid(raw)) {
-				if !value && len(raw) <= maxInternedKeyLen {
-					if k, ok := d.keys[string(raw)]; ok {
-						return k, nil
-					}
-					k := string(raw)
-					if len(d.keys) < maxInternedKeys {
-						d.keys[k] = k
-					}
-					return k, nil
-				}
-				return string(raw), nil
-			}
-			var s string
-			if err := utiljson.Unmarshal(d.data[start-1:d.pos], &s); err != nil {
-				return "", errSlowPath
-			}
-			return s, nil
-		case c == '\\':
-			plain = false
-			d.pos += 2
-		case c < 0x20:
-			return "", errSlowPath
-		case c >= utf8.RuneSelf:
-			ascii = false
-			d.pos++
-		default:
-			d.pos++
-		}
+	raw, plain, err := d.skipString()
+	if err != nil {
+		return "", err
 	}
+	if !plain {
+		var s string
+		if err := utiljson.Unmarshal(d.data[start:d.pos], &s); err != nil {
+			return "", errSlowPath
+		}
+		return s, nil
+	}
+	if value || len(raw) > maxInternedKeyLen {
+		return string(raw), nil
+	}
+	if k, ok := d.keys[string(raw)]; ok {
+		return k, nil
+	}
+	k := string(raw)
+	if d.intern && len(d.keys) < maxInternedKeys {
+		d.keys[k] = k
+	}
+	return k, nil
 }
 
 // number decodes a number as utiljson does: without a '.', as int64 when it fits; otherwise float64.
-// Exponents without a fraction ("1e3") are floats, as they fail to parse as integers.
-func (d *decoder) number() (interface{}, error) {
+// Exponents without a fraction ("1e3") are floats, as they fail to parse as integers. Without build it only
+// checks the number, including that it is within float64 range as utiljson requires.
+func (d *decoder) number(build bool) (interface{}, error) {
 	start := d.pos
 	d.consume('-')
 	switch {
@@ -352,7 +528,7 @@ func (d *decoder) number() (interface{}, error) {
 	case d.digits() == 0:
 		return nil, errSlowPath
 	}
-	fraction := false
+	fraction, exponent := false, false
 	if d.consume('.') {
 		fraction = true
 		if d.digits() == 0 {
@@ -360,12 +536,17 @@ func (d *decoder) number() (interface{}, error) {
 		}
 	}
 	if d.consume('e') || d.consume('E') {
+		exponent = true
 		if !d.consume('+') {
 			d.consume('-')
 		}
 		if d.digits() == 0 {
 			return nil, errSlowPath
 		}
+	}
+	// Only an exponent or hundreds of digits can put a number out of float64 range.
+	if !build && !exponent && d.pos-start < 300 {
+		return nil, nil
 	}
 	s := string(d.data[start:d.pos])
 	if !fraction {

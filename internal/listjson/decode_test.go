@@ -144,10 +144,41 @@ func FuzzDecodeList(f *testing.F) {
 		if err != nil {
 			t.Fatalf("client-go decodes %q, Decode fails: %v", body, err)
 		}
+		if page, err := scanPage(body); err == nil {
+			for i := range page.raw {
+				if _, err := page.decodeItem(i); err != nil {
+					t.Fatalf("%q: the scan accepts item %d, decoding it fails: %v", body, i, err)
+				}
+			}
+		}
 		if diff := compareLists(got, want); diff != "" {
 			t.Fatalf("%q: %s", body, diff)
 		}
 	})
+}
+
+// decodeListFast decodes a page without any fallback: the scan and every item's one-pass decoding must
+// succeed.
+func decodeListFast(data []byte) (*unstructured.UnstructuredList, error) {
+	page, err := scanPage(data)
+	if err != nil {
+		return nil, err
+	}
+	list := page.List
+	list.Items = make([]unstructured.Unstructured, page.Len())
+	for i := range list.Items {
+		m, err := page.decodeItem(i)
+		if err != nil {
+			return nil, fmt.Errorf("item %d: %w", i, err)
+		}
+		item := unstructured.Unstructured{Object: m}
+		if item.GetKind() == "" && item.GetAPIVersion() == "" {
+			item.SetKind(page.itemKind)
+			item.SetAPIVersion(page.apiVersion)
+		}
+		list.Items[i] = item
+	}
+	return list, nil
 }
 
 func genericDecode(data []byte) (*unstructured.UnstructuredList, error) {

@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -17,15 +16,17 @@ import (
 
 // Client reads audited resources: LIST pages and WATCH streams. NewClient returns the one the operator uses.
 type Client interface {
-	// List reads one page of gvr, in namespace or everywhere when namespace is empty.
-	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*unstructured.UnstructuredList, error)
+	// List reads one page of gvr, in namespace or everywhere when namespace is empty. Its items are decoded
+	// when they are used.
+	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*listjson.Page, error)
 	// Watch follows gvr everywhere.
 	Watch(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (watch.Interface, error)
 }
 
-// NewClient returns a Client for cfg. Its LIST pages are decoded in one pass (see listjson.Decode): reading
-// the pages is most of what a first audit costs besides evaluation, and the generic decoder of client-go
-// parses each page four times over. httpClient may be nil.
+// NewClient returns a Client for cfg. Its LIST pages are checked in one pass and their items decoded one at a
+// time (see listjson.DecodePage): reading the pages is most of what a first audit costs besides evaluation,
+// the generic decoder of client-go parses each page four times over, and a page's decoded objects take
+// several times the memory of its JSON. httpClient may be nil.
 func NewClient(cfg *rest.Config, httpClient *http.Client) (Client, error) {
 	cfg = dynamic.ConfigFor(cfg)
 	if httpClient == nil {
@@ -50,7 +51,7 @@ type client struct {
 	dynamic dynamic.Interface
 }
 
-func (c *client) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+func (c *client) List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*listjson.Page, error) {
 	res := c.rest.Get().AbsPath(resourcePath(gvr, namespace)...).
 		SpecificallyVersionedParams(&opts, metav1.ParameterCodec, metav1.SchemeGroupVersion).
 		Do(ctx)
@@ -63,11 +64,11 @@ func (c *client) List(ctx context.Context, gvr schema.GroupVersionResource, name
 	if err != nil {
 		return nil, err
 	}
-	list, err := listjson.Decode(data)
+	page, err := listjson.DecodePage(data)
 	if err != nil {
 		return nil, fmt.Errorf("decoding a page of %s: %w", gvr, err)
 	}
-	return list, nil
+	return page, nil
 }
 
 func (c *client) Watch(ctx context.Context, gvr schema.GroupVersionResource, opts metav1.ListOptions) (watch.Interface, error) {

@@ -1,6 +1,7 @@
 package scan
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/listjson"
 	"github.com/celaudit/celaudit/internal/results"
 	"github.com/celaudit/celaudit/internal/uidmap"
 )
@@ -56,7 +58,8 @@ func (d digest) newerThan(old digest) bool {
 	return d.rv > old.rv
 }
 
-// watcher reads one resource. Only its run goroutine touches digests and lastRV.
+// watcher reads one resource. Only its run goroutine touches digests, nsNames, nsIndex and lastRV, and the
+// workers of evaluatePage, which it waits for, under their lock.
 type watcher struct {
 	engine *Engine
 	gvr    schema.GroupVersionResource
@@ -236,16 +239,20 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 			w.setReadError(err)
 			return fmt.Errorf("listing %s: %w", w.gvr, err)
 		}
-		w.setReadError(nil)
-		w.evaluatePage(ctx, page.Items, every, only, &seen)
+		err = w.evaluatePage(ctx, page, every, only, &seen)
 		<-e.pages
-		if listRV == "" {
-			listRV = page.GetResourceVersion()
+		if err != nil {
+			w.setReadError(err)
+			return fmt.Errorf("listing %s: %w", w.gvr, err)
 		}
-		if page.GetContinue() == "" {
+		w.setReadError(nil)
+		if listRV == "" {
+			listRV = page.List.GetResourceVersion()
+		}
+		if page.List.GetContinue() == "" {
 			break
 		}
-		opts.Continue = page.GetContinue()
+		opts.Continue = page.List.GetContinue()
 	}
 	w.digests.DeleteMissing(&seen, func(d digest) bool {
 		return namespace == "" || w.nsNames[d.namespace] == namespace
@@ -258,56 +265,63 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	return nil
 }
 
-func (w *watcher) evaluatePage(ctx context.Context, items []unstructured.Unstructured, every, only []audit.Policy, seen *uidmap.Map[struct{}]) {
-	type job struct {
-		obj      *unstructured.Unstructured
-		policies []audit.Policy
-	}
-	jobs := make([]job, 0, len(items))
-	for i := range items {
-		obj := &items[i]
+// evaluatePage evaluates the objects of a page that changed since they were last read with every policy, and
+// the others with the policies in only. Workers decode the objects as they take them, so that a page's
+// decoded objects never all exist at once: decoded pages would be the largest part of the operator's heap
+// while it reads.
+func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, only []audit.Policy, seen *uidmap.Map[struct{}]) error {
+	var (
+		mu       sync.Mutex // guards seen, digests and the first error while workers run
+		firstErr error
+	)
+	evaluate := func(i int) {
+		obj, err := page.Item(i)
+		if err != nil {
+			mu.Lock()
+			firstErr = cmp.Or(firstErr, err)
+			mu.Unlock()
+			return
+		}
 		uid := obj.GetUID()
+		mu.Lock()
 		seen.Set(uid, struct{}{})
 		old, known := w.digests.Get(uid)
 		d := w.digestOf(obj)
+		w.digests.Set(uid, d)
+		mu.Unlock()
 		policies := every
 		if known && d == old {
 			policies = only
 		}
-		w.digests.Set(uid, d)
 		if len(policies) > 0 {
-			jobs = append(jobs, job{obj: obj, policies: policies})
+			w.engine.evaluate(ctx, w.gvr, obj, policies)
 		}
 	}
-	// Each object is dropped once evaluated, so that a page's memory is freed as it is worked through rather
-	// than when the whole page is done: pages are the largest part of the operator's heap while it reads.
-	evaluate := func(j job) {
-		w.engine.evaluate(ctx, w.gvr, j.obj, j.policies)
-		j.obj.Object = nil
-	}
-	workers := min(w.engine.opts.Workers, len(jobs))
+	n := page.Len()
+	workers := min(w.engine.opts.Workers, n)
 	if workers <= 1 {
-		for _, j := range jobs {
-			evaluate(j)
+		for i := range n {
+			evaluate(i)
 		}
-		return
+		return firstErr
 	}
 	var wg sync.WaitGroup
-	next := make(chan job)
+	next := make(chan int)
 	for range workers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for j := range next {
-				evaluate(j)
+			for i := range next {
+				evaluate(i)
 			}
 		}()
 	}
-	for _, j := range jobs {
-		next <- j
+	for i := range n {
+		next <- i
 	}
 	close(next)
 	wg.Wait()
+	return firstErr
 }
 
 // watch follows changes from lastRV until the watch ends, a rescan is requested or ctx is done. It reports
