@@ -1,6 +1,7 @@
 package crdrules
 
 import (
+	"reflect"
 	"context"
 	"fmt"
 	"strings"
@@ -121,14 +122,23 @@ func object(t testing.TB, y string) *unstructured.Unstructured {
 	return u
 }
 
-// findings compiles crd and returns the findings of obj in version v1.
+// findings compiles crd and returns the findings of obj in version v1. It also checks that the validation
+// left obj as it was: objects read from the API server are validated in place, not copied.
 func findings(t testing.TB, crd *apiextensionsv1.CustomResourceDefinition, obj *unstructured.Unstructured, opts ...Options) []Finding {
 	t.Helper()
 	var o Options
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	return Compile(crd, o).Findings(context.Background(), "v1", obj)
+	var before *unstructured.Unstructured
+	if obj != nil {
+		before = obj.DeepCopy()
+	}
+	fs := Compile(crd, o).Findings(context.Background(), "v1", obj)
+	if obj != nil && !reflect.DeepEqual(obj.Object, before.Object) {
+		t.Errorf("validating the object modified it:\n got %#v\nwant %#v", obj.Object, before.Object)
+	}
+	return fs
 }
 
 // dump renders findings for failure messages.

@@ -5,13 +5,44 @@ import (
 	"math"
 )
 
-// normalizeObject returns a deep copy of obj whose values have the types the apiserver's unstructured
-// JSON decoder produces: int64 for integers, float64 for other numbers. CEL rules see integers only as
-// int64; an object decoded with encoding/json (float64 everywhere) or built in Go (int) would
-// otherwise fail every integer rule. The copy also keeps the caller's object safe from the validators.
+// normalizeObject returns obj with values of the types the apiserver's unstructured JSON decoder produces:
+// int64 for integers, float64 for other numbers. CEL rules see integers only as int64; an object decoded
+// with encoding/json (float64 everywhere) or built in Go (int) would otherwise fail every integer rule. An
+// object that already has those types, as every object read from the API server does, is returned itself
+// (the validators only read it); any other is deep-copied with its numbers converted.
 func normalizeObject(obj map[string]interface{}) map[string]interface{} {
+	if normalized(obj) {
+		return obj
+	}
 	out, _ := normalizeValue(obj).(map[string]interface{})
 	return out
+}
+
+// normalized reports whether normalizeValue would return v unchanged.
+func normalized(v interface{}) bool {
+	switch t := v.(type) {
+	case map[string]interface{}:
+		for _, e := range t {
+			if !normalized(e) {
+				return false
+			}
+		}
+		return true
+	case []interface{}:
+		for _, e := range t {
+			if !normalized(e) {
+				return false
+			}
+		}
+		return true
+	case float64:
+		_, isFloat := normalizeFloat(t).(float64)
+		return isFloat
+	case int64, string, bool, nil:
+		return true
+	default:
+		return false
+	}
 }
 
 func normalizeValue(v interface{}) interface{} {

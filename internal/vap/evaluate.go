@@ -40,7 +40,7 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 		return nil
 	}
 	obj = withKind(obj, gvr, p.deps.Resolver)
-	e := &evaluation{p: p, ctx: ctx, obj: obj, ref: audit.RefOf(obj), definitions: map[definitionKey]definitionMatch{}}
+	e := &evaluation{p: p, ctx: ctx, obj: obj, ref: audit.RefOf(obj)}
 	defer func() {
 		if r := recover(); r != nil {
 			results = append(results, e.result("", audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), nil))
@@ -82,7 +82,14 @@ type evaluation struct {
 	ctx         context.Context
 	obj         *unstructured.Unstructured
 	ref         audit.ObjectRef
-	definitions map[definitionKey]definitionMatch
+	// definitions are the matches made so far: a few at most (one per operation tried and request
+	// resource), so a list searched in order is cheaper than a map made for every evaluation.
+	definitions []definitionEntry
+}
+
+type definitionEntry struct {
+	key   definitionKey
+	match definitionMatch
 }
 
 type definitionKey struct {
@@ -101,13 +108,15 @@ type definitionMatch struct {
 // definition matches the policy definition against the object requested at request with op.
 func (e *evaluation) definition(request APIResource, op admission.Operation) definitionMatch {
 	key := definitionKey{request: request.Resource, op: op}
-	if d, ok := e.definitions[key]; ok {
-		return d
+	for _, d := range e.definitions {
+		if d.key == key {
+			return d.match
+		}
 	}
 	d := definitionMatch{attrs: objectAttributes(e.obj, request, op)}
 	d.matches, d.resource, d.kind, d.err = e.p.matcher.DefinitionMatches(d.attrs, e.p.objects,
 		validating.NewValidatingAdmissionPolicyAccessor(e.p.compiled.policy))
-	e.definitions[key] = d
+	e.definitions = append(e.definitions, definitionEntry{key: key, match: d})
 	return d
 }
 
@@ -282,10 +291,11 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 	position := 0
 	evaluated := 0
 	for i, info := range c.validations {
-		rule := fmt.Sprintf("validations[%d]", i)
-		ruleProps := withProp(props, audit.PropRule, info.expression)
+		// Most decisions are passes, which need neither: they are made only for a result.
+		rule := func() string { return fmt.Sprintf("validations[%d]", i) }
+		ruleProps := func() map[string]string { return withProp(props, audit.PropRule, info.expression) }
 		if info.skip != "" {
-			results = append(results, e.result(rule, audit.Skip, info.skip, ruleProps))
+			results = append(results, e.result(rule(), audit.Skip, info.skip, ruleProps()))
 			continue
 		}
 		evaluated++
@@ -296,19 +306,20 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 		position++
 		switch {
 		case d.Evaluation == validating.EvalError:
-			add(e.result(rule, audit.Error, d.Message, e.errorProps(ruleProps)))
+			add(e.result(rule(), audit.Error, d.Message, e.errorProps(ruleProps())))
 		case d.Action == validating.ActionDeny:
 			verdict := audit.Warn
 			if b.deny {
 				verdict = audit.Fail
 			}
-			ruleProps[audit.PropReason] = string(d.Reason)
+			denyProps := ruleProps()
+			denyProps[audit.PropReason] = string(d.Reason)
 			if info.messageSkip != "" {
-				ruleProps[PropMessageExpression] = info.messageSkip
+				denyProps[PropMessageExpression] = info.messageSkip
 			} else if info.hasMessageExpression && e.secret() {
-				ruleProps[PropMessageExpression] = secretMessageSkip
+				denyProps[PropMessageExpression] = secretMessageSkip
 			}
-			add(e.result(rule, verdict, d.Message, ruleProps))
+			add(e.result(rule(), verdict, d.Message, denyProps))
 		}
 	}
 	if !aligned {
