@@ -1,9 +1,9 @@
 package crdrules
 
 import (
-	"reflect"
 	"context"
 	"fmt"
+	"reflect"
 	"strings"
 	"testing"
 

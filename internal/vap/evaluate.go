@@ -78,10 +78,10 @@ func withKind(obj *unstructured.Unstructured, gvr schema.GroupVersionResource, r
 
 // evaluation is the state of one Evaluate call.
 type evaluation struct {
-	p           *Policy
-	ctx         context.Context
-	obj         *unstructured.Unstructured
-	ref         audit.ObjectRef
+	p   *Policy
+	ctx context.Context
+	obj *unstructured.Unstructured
+	ref audit.ObjectRef
 	// definitions are the matches made so far: a few at most (one per operation tried and request
 	// resource), so a list searched in order is cheaper than a map made for every evaluation.
 	definitions []definitionEntry
