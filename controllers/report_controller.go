@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -58,7 +59,16 @@ type ReportReconciler struct {
 	mu         sync.Mutex
 	lastWrite  map[string]time.Time
 	dirtySince map[string]time.Time
-	inFlight   chan struct{} // one token per report write under way
+	expected   map[string]*expectation // by namespace: writes the cache has not shown yet
+	inFlight   chan struct{}           // one token per report write under way
+}
+
+// expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
+// server returned ("" for a report deleted). A reconcile that runs before the cache shows them would build
+// its changes against reports that are no longer there, and create again what it just created.
+type expectation struct {
+	since   time.Time
+	reports map[string]string
 }
 
 // readyPoll is how often a report waits to see whether the first audit is done.
@@ -81,6 +91,9 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if r.awaitingCache(req.Namespace, existing) {
+		return ctrl.Result{RequeueAfter: readyPoll}, nil
+	}
 	results, passes := r.Results.NamespaceCounted(req.Namespace)
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
@@ -93,7 +106,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		return ctrl.Result{}, nil
 	}
 	r.wrote(req.Namespace)
-	if err := r.apply(ctx, changes); err != nil {
+	if err := r.apply(ctx, req.Namespace, changes); err != nil {
 		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
 			// The cache has not seen our last write yet: try again once it has.
 			return ctrl.Result{RequeueAfter: r.Coalesce}, nil
@@ -129,13 +142,47 @@ func (r *ReportReconciler) existing(ctx context.Context, namespace string) (repo
 	return out, nil
 }
 
-func (r *ReportReconciler) apply(ctx context.Context, c report.Changes) error {
+func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report.Changes) error {
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
-	create := func(o client.Object) error { return r.Client.Create(ctx, o) }
-	update := func(o client.Object) error { return r.Client.Update(ctx, o) }
-	remove := func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }
+	// Each write that succeeds is expected in the cache before the namespace is built again.
+	exp := &expectation{since: r.Clock.Now(), reports: map[string]string{}}
+	var expMu sync.Mutex
+	expect := func(o client.Object, rv string) {
+		expMu.Lock()
+		exp.reports[o.GetName()] = rv
+		expMu.Unlock()
+	}
+	create := func(o client.Object) error {
+		err := r.Client.Create(ctx, o)
+		if err == nil {
+			expect(o, o.GetResourceVersion())
+		}
+		return err
+	}
+	update := func(o client.Object) error {
+		err := r.Client.Update(ctx, o)
+		if err == nil {
+			expect(o, o.GetResourceVersion())
+		}
+		return err
+	}
+	remove := func(o client.Object) error {
+		err := client.IgnoreNotFound(r.Client.Delete(ctx, o))
+		if err == nil {
+			expect(o, "")
+		}
+		return err
+	}
+	defer func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.expected == nil {
+			r.expected = map[string]*expectation{}
+		}
+		r.expected[namespace] = exp
+	}()
 	var writes []func() error
 	writes = appendWrites(writes, c.PolicyReports.Create, create)
 	writes = appendWrites(writes, c.PolicyReports.Update, update)
@@ -182,6 +229,58 @@ func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) erro
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// awaitingCache reports whether the cache has yet to show the namespace's last writes. An expectation is
+// dropped once the cache shows it, or after MaxHold: a report changed by someone else meanwhile may never
+// show the version written, and is then rebuilt from what the cache holds.
+func (r *ReportReconciler) awaitingCache(namespace string, existing report.Reports) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	exp, ok := r.expected[namespace]
+	if !ok {
+		return false
+	}
+	if r.Clock.Since(exp.since) < r.MaxHold && !cacheShows(existing, exp.reports) {
+		return true
+	}
+	delete(r.expected, namespace)
+	return false
+}
+
+// cacheShows reports whether existing holds every report of want at least at the resourceVersion written,
+// and none of those deleted ("").
+func cacheShows(existing report.Reports, want map[string]string) bool {
+	have := make(map[string]string, len(existing.PolicyReports)+len(existing.ClusterPolicyReports))
+	for i := range existing.PolicyReports {
+		have[existing.PolicyReports[i].Name] = existing.PolicyReports[i].ResourceVersion
+	}
+	for i := range existing.ClusterPolicyReports {
+		have[existing.ClusterPolicyReports[i].Name] = existing.ClusterPolicyReports[i].ResourceVersion
+	}
+	for name, rv := range want {
+		got, present := have[name]
+		switch {
+		case rv == "":
+			if present {
+				return false
+			}
+		case !present || !notOlder(got, rv):
+			return false
+		}
+	}
+	return true
+}
+
+// notOlder reports whether resourceVersion got is the same as or later than want. Resource versions are
+// compared as numbers when both are (as etcd's are), otherwise only for equality.
+func notOlder(got, want string) bool {
+	g, errG := strconv.ParseUint(got, 10, 64)
+	w, errW := strconv.ParseUint(want, 10, 64)
+	if errG != nil || errW != nil {
+		return got == want
+	}
+	return g >= w
 }
 
 // delay returns how long a write of namespace's reports must wait to keep writes Coalesce apart. It is

@@ -161,7 +161,8 @@ func TestTenThousandViolationsInOneNamespace(t *testing.T) {
 		t.Fatal(err)
 	}
 	const passes = n / 1000
-	op, _ := envtestutil.StartOperator(t, env.Config, envtestutil.TestOptions())
+	var requests envtestutil.RequestCounter
+	op, _ := envtestutil.StartOperator(t, requests.Wrap(env.Config), envtestutil.TestOptions())
 	envtestutil.WaitSettled(t, op)
 
 	var reports []v1alpha2.PolicyReport
@@ -184,6 +185,10 @@ func TestTenThousandViolationsInOneNamespace(t *testing.T) {
 	})
 	if len(reports) < 2 {
 		t.Fatalf("10,000 results fit in %d report; expected chunks", len(reports))
+	}
+	// Each chunk is created once: a reconcile that runs before the cache shows the creates waits for them.
+	if creates := requests.GetIn("create", "policyreports", "crowd"); creates != len(reports) {
+		t.Errorf("%d PolicyReport creates for %d reports", creates, len(reports))
 	}
 	seen := map[string]bool{}
 	for _, r := range reports {

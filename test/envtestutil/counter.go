@@ -11,8 +11,9 @@ import (
 // RequestCounter counts the API requests made through a rest.Config, by verb and resource, so tests can
 // assert how much an operation cost the API server rather than how it was coded.
 type RequestCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
+	mu          sync.Mutex
+	counts      map[string]int
+	byNamespace map[string]int // keyed "verb resource namespace", for namespaced requests
 }
 
 // Count is one counted request kind.
@@ -26,7 +27,7 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			c.add(verbOf(req), resourceOf(req.URL.Path))
+			c.add(verbOf(req), resourceOf(req.URL.Path), namespaceOf(req.URL.Path))
 			return rt.RoundTrip(req)
 		})
 	})
@@ -38,6 +39,13 @@ func (c *RequestCounter) Get(verb, resource string) int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.counts[verb+" "+resource]
+}
+
+// GetIn returns how many requests of verb on resource in namespace were made.
+func (c *RequestCounter) GetIn(verb, resource, namespace string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byNamespace[verb+" "+resource+" "+namespace]
 }
 
 // Snapshot returns all counts, keyed "verb resource".
@@ -56,6 +64,7 @@ func (c *RequestCounter) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.counts = nil
+	c.byNamespace = nil
 }
 
 // Writes returns the number of create, update, patch and delete requests on resource.
@@ -63,13 +72,17 @@ func (c *RequestCounter) Writes(resource string) int {
 	return c.Get("create", resource) + c.Get("update", resource) + c.Get("patch", resource) + c.Get("delete", resource)
 }
 
-func (c *RequestCounter) add(verb, resource string) {
+func (c *RequestCounter) add(verb, resource, namespace string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.counts == nil {
 		c.counts = map[string]int{}
+		c.byNamespace = map[string]int{}
 	}
 	c.counts[verb+" "+resource]++
+	if namespace != "" {
+		c.byNamespace[verb+" "+resource+" "+namespace]++
+	}
 }
 
 type roundTripperFunc func(*http.Request) (*http.Response, error)
@@ -114,6 +127,23 @@ func pathParts(path string) []string {
 		parts = parts[2:]
 	}
 	return parts
+}
+
+// namespaceOf returns the namespace of a namespaced request's path, "" for others.
+func namespaceOf(path string) string {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	switch {
+	case len(parts) >= 2 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 3 && parts[0] == "apis":
+		parts = parts[3:]
+	default:
+		return ""
+	}
+	if len(parts) > 2 && parts[0] == "namespaces" {
+		return parts[1]
+	}
+	return ""
 }
 
 func resourceOf(path string) string {

@@ -8,17 +8,17 @@ import (
 
 func TestVerbAndResource(t *testing.T) {
 	cases := []struct {
-		method, url, verb, resource string
+		method, url, verb, resource, namespace string
 	}{
-		{"GET", "/api/v1/namespaces", "list", "namespaces"},
-		{"GET", "/api/v1/namespaces/a", "get", "namespaces"},
-		{"GET", "/api/v1/namespaces/a/configmaps?limit=500", "list", "configmaps"},
-		{"GET", "/api/v1/configmaps?watch=true", "watch", "configmaps"},
-		{"GET", "/api/v1/namespaces/a/configmaps/x", "get", "configmaps"},
-		{"POST", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/a/policyreports", "create", "policyreports"},
-		{"PUT", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/celaudit", "update", "clusterpolicyreports"},
-		{"DELETE", "/apis/example.com/v1/namespaces/a/widgets/w", "delete", "widgets"},
-		{"PATCH", "/apis/example.com/v1/widgets/w/status", "patch", "widgets"},
+		{"GET", "/api/v1/namespaces", "list", "namespaces", ""},
+		{"GET", "/api/v1/namespaces/a", "get", "namespaces", ""},
+		{"GET", "/api/v1/namespaces/a/configmaps?limit=500", "list", "configmaps", "a"},
+		{"GET", "/api/v1/configmaps?watch=true", "watch", "configmaps", ""},
+		{"GET", "/api/v1/namespaces/a/configmaps/x", "get", "configmaps", "a"},
+		{"POST", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/b/policyreports", "create", "policyreports", "b"},
+		{"PUT", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/celaudit", "update", "clusterpolicyreports", ""},
+		{"DELETE", "/apis/example.com/v1/namespaces/a/widgets/w", "delete", "widgets", "a"},
+		{"PATCH", "/apis/example.com/v1/widgets/w/status", "patch", "widgets", ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.url, func(t *testing.T) {
@@ -32,6 +32,9 @@ func TestVerbAndResource(t *testing.T) {
 			}
 			if got := resourceOf(u.Path); got != tc.resource {
 				t.Errorf("resource = %q, want %q", got, tc.resource)
+			}
+			if got := namespaceOf(u.Path); got != tc.namespace {
+				t.Errorf("namespace = %q, want %q", got, tc.namespace)
 			}
 		})
 	}

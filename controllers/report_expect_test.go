@@ -1,0 +1,91 @@
+package controllers
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/report"
+)
+
+func TestCacheShows(t *testing.T) {
+	reports := func(nameRV ...string) report.Reports {
+		var out report.Reports
+		for i := 0; i < len(nameRV); i += 2 {
+			out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
+				ObjectMeta: metav1.ObjectMeta{Name: nameRV[i], ResourceVersion: nameRV[i+1]},
+			})
+		}
+		return out
+	}
+	cluster := report.Reports{ClusterPolicyReports: []v1alpha2.ClusterPolicyReport{
+		{ObjectMeta: metav1.ObjectMeta{Name: "c", ResourceVersion: "7"}},
+	}}
+	for _, tc := range []struct {
+		name     string
+		existing report.Reports
+		want     map[string]string
+		shows    bool
+	}{
+		{"nothing expected", reports("a", "1"), nil, true},
+		{"created, not yet seen", reports("a", "1"), map[string]string{"a": "1", "b": "5"}, false},
+		{"created and seen", reports("a", "1", "b", "5"), map[string]string{"b": "5"}, true},
+		{"updated, old version cached", reports("a", "4"), map[string]string{"a": "5"}, false},
+		{"updated, later version cached", reports("a", "6"), map[string]string{"a": "5"}, true},
+		{"versions compared as numbers", reports("a", "10"), map[string]string{"a": "9"}, true},
+		{"deleted, still cached", reports("a", "1"), map[string]string{"a": ""}, false},
+		{"deleted and gone", reports("b", "1"), map[string]string{"a": ""}, true},
+		{"opaque versions must be equal", reports("a", "x2"), map[string]string{"a": "x1"}, false},
+		{"opaque version seen", reports("a", "x1"), map[string]string{"a": "x1"}, true},
+		{"cluster reports", cluster, map[string]string{"c": "7"}, true},
+		{"cluster report not yet seen", cluster, map[string]string{"c": "8"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := cacheShows(tc.existing, tc.want); got != tc.shows {
+				t.Fatalf("cacheShows = %v, want %v", got, tc.shows)
+			}
+		})
+	}
+}
+
+func TestAwaitingCache(t *testing.T) {
+	start := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
+	stale := report.Reports{PolicyReports: []v1alpha2.PolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "4"}}}}
+	fresh := report.Reports{PolicyReports: []v1alpha2.PolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}}}}
+	newReconciler := func() (*ReportReconciler, *clocktesting.FakeClock) {
+		clock := clocktesting.NewFakeClock(start)
+		return &ReportReconciler{Clock: clock, MaxHold: 10 * time.Second, expected: map[string]*expectation{
+			"ns": {since: start, reports: map[string]string{"a": "5"}},
+		}}, clock
+	}
+
+	r, clock := newReconciler()
+	if !r.awaitingCache("ns", stale) {
+		t.Fatal("the cache holds an older version, yet the write is not awaited")
+	}
+	if r.awaitingCache("other", stale) {
+		t.Fatal("a namespace without writes is awaited")
+	}
+	clock.Step(9 * time.Second)
+	if !r.awaitingCache("ns", stale) {
+		t.Fatal("the write is no longer awaited before MaxHold")
+	}
+	clock.Step(time.Second)
+	if r.awaitingCache("ns", stale) {
+		t.Fatal("the write is still awaited after MaxHold")
+	}
+	if _, ok := r.expected["ns"]; ok {
+		t.Fatal("the expectation outlived MaxHold")
+	}
+
+	r, _ = newReconciler()
+	if r.awaitingCache("ns", fresh) {
+		t.Fatal("the cache shows the write, yet it is awaited")
+	}
+	if _, ok := r.expected["ns"]; ok {
+		t.Fatal("the expectation outlived the cache showing it")
+	}
+}
