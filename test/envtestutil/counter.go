@@ -1,6 +1,7 @@
 package envtestutil
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ type RequestCounter struct {
 	mu          sync.Mutex
 	counts      map[string]int
 	byNamespace map[string]int // keyed "verb resource namespace", for namespaced requests
+	byStatus    map[string]int // keyed "verb resource namespace status"
 }
 
 // Count is one counted request kind.
@@ -27,8 +29,13 @@ func (c *RequestCounter) Wrap(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			c.add(verbOf(req), resourceOf(req.URL.Path), namespaceOf(req.URL.Path))
-			return rt.RoundTrip(req)
+			verb, resource, namespace := verbOf(req), resourceOf(req.URL.Path), namespaceOf(req.URL.Path)
+			c.add(verb, resource, namespace)
+			resp, err := rt.RoundTrip(req)
+			if resp != nil {
+				c.addStatus(verb, resource, namespace, resp.StatusCode)
+			}
+			return resp, err
 		})
 	})
 	return cfg
@@ -48,6 +55,14 @@ func (c *RequestCounter) GetIn(verb, resource, namespace string) int {
 	return c.byNamespace[verb+" "+resource+" "+namespace]
 }
 
+// StatusIn returns how many requests of verb on resource in namespace ("" for cluster-scoped ones) were
+// answered with the HTTP status code. Requests client-go retries (after a 429, say) count once per answer.
+func (c *RequestCounter) StatusIn(verb, resource, namespace string, code int) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.byStatus[fmt.Sprintf("%s %s %s %d", verb, resource, namespace, code)]
+}
+
 // Snapshot returns all counts, keyed "verb resource".
 func (c *RequestCounter) Snapshot() map[string]int {
 	c.mu.Lock()
@@ -65,6 +80,16 @@ func (c *RequestCounter) Reset() {
 	defer c.mu.Unlock()
 	c.counts = nil
 	c.byNamespace = nil
+	c.byStatus = nil
+}
+
+func (c *RequestCounter) addStatus(verb, resource, namespace string, code int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.byStatus == nil {
+		c.byStatus = map[string]int{}
+	}
+	c.byStatus[fmt.Sprintf("%s %s %s %d", verb, resource, namespace, code)]++
 }
 
 // Writes returns the number of create, update, patch and delete requests on resource.

@@ -39,3 +39,24 @@ func TestVerbAndResource(t *testing.T) {
 		})
 	}
 }
+
+func TestStatusCounts(t *testing.T) {
+	var c RequestCounter
+	c.addStatus("create", "policyreports", "a", http.StatusCreated)
+	c.addStatus("create", "policyreports", "a", http.StatusCreated)
+	c.addStatus("create", "policyreports", "a", http.StatusConflict)
+	c.addStatus("create", "policyreports", "b", http.StatusCreated)
+	if got := c.StatusIn("create", "policyreports", "a", http.StatusCreated); got != 2 {
+		t.Errorf("201s in a = %d, want 2", got)
+	}
+	if got := c.StatusIn("create", "policyreports", "a", http.StatusConflict); got != 1 {
+		t.Errorf("409s in a = %d, want 1", got)
+	}
+	if got := c.StatusIn("create", "policyreports", "c", http.StatusCreated); got != 0 {
+		t.Errorf("201s in c = %d, want 0", got)
+	}
+	c.Reset()
+	if got := c.StatusIn("create", "policyreports", "a", http.StatusCreated); got != 0 {
+		t.Errorf("after Reset, 201s in a = %d, want 0", got)
+	}
+}
