@@ -95,6 +95,12 @@ func DecodePage(data []byte) (*Page, error) {
 	return &Page{List: list, decoded: items}, nil
 }
 
+// Generic reports whether the page was handed to client-go's generic decoder whole, rather than read by the
+// one-pass scan: the API server's pages never are.
+func (p *Page) Generic() bool {
+	return p.raw == nil
+}
+
 // Len is the number of items.
 func (p *Page) Len() int {
 	if p.raw == nil {

@@ -56,6 +56,9 @@ func TestDecodeListMatchesClientGo(t *testing.T) {
 					if !errors.Is(err, errSlowPath) {
 						t.Fatalf("decodeListFast: %v, want errSlowPath", err)
 					}
+					if page, err := DecodePage([]byte(body)); err != nil || !page.Generic() {
+						t.Fatalf("DecodePage: read in one pass, error %v; want the generic decoder", err)
+					}
 					continue
 				}
 				if err != nil {
@@ -86,6 +89,9 @@ func TestDecodeListFastPath(t *testing.T) {
 			got, err := decodeListFast([]byte(body))
 			if err != nil {
 				t.Fatalf("decodeListFast: %v", err)
+			}
+			if page, err := DecodePage([]byte(body)); err != nil || page.Generic() {
+				t.Fatalf("DecodePage: generic decoder used, error %v", err)
 			}
 			if diff := compareLists(got, want); diff != "" {
 				t.Fatal(diff)
