@@ -146,43 +146,28 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
-	// Each write that succeeds is expected in the cache before the namespace is built again.
+	// Each write that succeeds is expected in the cache before the namespace is built again: at the
+	// resourceVersion it returned, or gone.
 	exp := &expectation{since: r.Clock.Now(), reports: map[string]string{}}
 	var expMu sync.Mutex
-	expect := func(o client.Object, rv string) {
-		expMu.Lock()
-		exp.reports[o.GetName()] = rv
-		expMu.Unlock()
-	}
-	create := func(o client.Object) error {
-		err := r.Client.Create(ctx, o)
-		if err == nil {
-			expect(o, o.GetResourceVersion())
+	expecting := func(write func(client.Object) error, deletes bool) func(client.Object) error {
+		return func(o client.Object) error {
+			if err := write(o); err != nil {
+				return err
+			}
+			rv := o.GetResourceVersion()
+			if deletes {
+				rv = ""
+			}
+			expMu.Lock()
+			exp.reports[o.GetName()] = rv
+			expMu.Unlock()
+			return nil
 		}
-		return err
 	}
-	update := func(o client.Object) error {
-		err := r.Client.Update(ctx, o)
-		if err == nil {
-			expect(o, o.GetResourceVersion())
-		}
-		return err
-	}
-	remove := func(o client.Object) error {
-		err := client.IgnoreNotFound(r.Client.Delete(ctx, o))
-		if err == nil {
-			expect(o, "")
-		}
-		return err
-	}
-	defer func() {
-		r.mu.Lock()
-		defer r.mu.Unlock()
-		if r.expected == nil {
-			r.expected = map[string]*expectation{}
-		}
-		r.expected[namespace] = exp
-	}()
+	create := expecting(func(o client.Object) error { return r.Client.Create(ctx, o) }, false)
+	update := expecting(func(o client.Object) error { return r.Client.Update(ctx, o) }, false)
+	remove := expecting(func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }, true)
 	var writes []func() error
 	writes = appendWrites(writes, c.PolicyReports.Create, create)
 	writes = appendWrites(writes, c.PolicyReports.Update, update)
@@ -190,7 +175,14 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	writes = appendWrites(writes, c.ClusterPolicyReports.Create, create)
 	writes = appendWrites(writes, c.ClusterPolicyReports.Update, update)
 	writes = appendWrites(writes, c.ClusterPolicyReports.Delete, remove)
-	if err := runBounded(ctx, writes, r.inFlight); err != nil {
+	err := runBounded(ctx, writes, r.inFlight)
+	r.mu.Lock()
+	if r.expected == nil {
+		r.expected = map[string]*expectation{}
+	}
+	r.expected[namespace] = exp
+	r.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("writing reports: %w", err)
 	}
 	return nil

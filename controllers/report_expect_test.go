@@ -1,6 +1,8 @@
 package controllers
 
 import (
+	"context"
+	"maps"
 	"testing"
 	"time"
 
@@ -88,4 +90,14 @@ func TestAwaitingCache(t *testing.T) {
 	if _, ok := r.expected["ns"]; ok {
 		t.Fatal("the expectation outlived the cache showing it")
 	}
+}
+
+// ApplyForTest writes changes as a reconcile of namespace does and returns the writes it then expects the
+// cache to show.
+func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, changes report.Changes) (map[string]string, error) {
+	if r.inFlight == nil {
+		r.inFlight = make(chan struct{}, 2)
+	}
+	err := r.apply(ctx, namespace, changes)
+	return maps.Clone(r.expected[namespace].reports), err
 }

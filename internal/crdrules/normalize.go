@@ -36,8 +36,7 @@ func normalized(v interface{}) bool {
 		}
 		return true
 	case float64:
-		_, isFloat := normalizeFloat(t).(float64)
-		return isFloat
+		return !wholeInt64(t)
 	case int64, string, bool, nil:
 		return true
 	default:
@@ -103,10 +102,15 @@ func normalizeValue(v interface{}) interface{} {
 // normalizeFloat turns a whole number into int64, as the decoder does for a JSON number written
 // without fraction or exponent.
 func normalizeFloat(f float64) interface{} {
-	if f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 && !math.IsInf(f, 0) {
+	if wholeInt64(f) {
 		return int64(f)
 	}
 	return f
+}
+
+// wholeInt64 reports whether f is a whole number within int64 range.
+func wholeInt64(f float64) bool {
+	return f == math.Trunc(f) && f >= math.MinInt64 && f < math.MaxInt64 && !math.IsInf(f, 0)
 }
 
 func normalizeUint(u uint64) interface{} {

@@ -12,7 +12,7 @@ import (
 	utiljson "k8s.io/apimachinery/pkg/util/json"
 )
 
-// errSlowPath makes Decode hand a page to the generic decoder: the body holds something the one-pass
+// errSlowPath makes DecodePage hand a page to the generic decoder: the body holds something the one-pass
 // decoder does not handle itself (invalid JSON, a number out of range, deep nesting, no items, items that are
 // not all objects, no kind). The generic decoder then gives the canonical result or error.
 var errSlowPath = errors.New("not decoded in one pass")
@@ -40,27 +40,6 @@ type decoder struct {
 	keys  map[string]string
 	// intern adds new keys to keys; false while decoding an item, when keys is shared and read-only.
 	intern bool
-}
-
-// Decode decodes a JSON LIST response into what unstructured.UnstructuredJSONScheme makes of it: the same
-// items with the same values and number handling, items without apiVersion and kind (the items of built-in
-// lists) given them from the list, and the list's apiVersion, kind and metadata. It is DecodePage with every
-// item decoded.
-func Decode(data []byte) (*unstructured.UnstructuredList, error) {
-	page, err := DecodePage(data)
-	if err != nil {
-		return nil, err
-	}
-	list := page.List
-	list.Items = make([]unstructured.Unstructured, page.Len())
-	for i := range list.Items {
-		item, err := page.Item(i)
-		if err != nil {
-			return nil, err
-		}
-		list.Items[i] = *item
-	}
-	return list, nil
 }
 
 // Page is a LIST page whose items are decoded one at a time, when they are used: a decoded object takes
@@ -115,30 +94,36 @@ func (p *Page) Item(i int) (*unstructured.Unstructured, error) {
 	if p.raw == nil {
 		return &p.decoded[i], nil
 	}
-	m, err := p.decodeItem(i)
-	if err != nil {
-		// What the generic decoder does with each item.
-		m = map[string]interface{}{}
-		if err := utiljson.Unmarshal(p.rawItem(i), &m); err != nil {
-			return nil, fmt.Errorf("decoding item %d of the page: %w", i, err)
-		}
+	if item, err := p.onePassItem(i); err == nil {
+		return item, nil
 	}
+	// What the generic decoder does with each item.
+	m := map[string]interface{}{}
+	if err := utiljson.Unmarshal(p.data[p.raw[i][0]:p.raw[i][1]], &m); err != nil {
+		return nil, fmt.Errorf("decoding item %d of the page: %w", i, err)
+	}
+	return p.withKind(m), nil
+}
+
+// onePassItem decodes item i in one pass, without falling back. The scan checked that it is an object.
+func (p *Page) onePassItem(i int) (*unstructured.Unstructured, error) {
+	d := &decoder{data: p.data[p.raw[i][0]:p.raw[i][1]], keys: p.keys, pos: 1}
+	m, err := d.object()
+	if err != nil {
+		return nil, err
+	}
+	return p.withKind(m), nil
+}
+
+// withKind gives an item without apiVersion and kind (the items of built-in lists) those of the list, as
+// the generic decoder does.
+func (p *Page) withKind(m map[string]interface{}) *unstructured.Unstructured {
 	item := &unstructured.Unstructured{Object: m}
 	if item.GetKind() == "" && item.GetAPIVersion() == "" {
 		item.SetKind(p.itemKind)
 		item.SetAPIVersion(p.apiVersion)
 	}
-	return item, nil
-}
-
-func (p *Page) rawItem(i int) []byte {
-	return p.data[p.raw[i][0]:p.raw[i][1]]
-}
-
-// decodeItem decodes item i in one pass. The scan checked that it is an object.
-func (p *Page) decodeItem(i int) (map[string]interface{}, error) {
-	d := &decoder{data: p.rawItem(i), keys: p.keys, pos: 1}
-	return d.object()
+	return item
 }
 
 // decodeListSlow is the fallback, for bodies the one-pass decoder hands over: client-go's generic decoder.
@@ -165,49 +150,30 @@ func scanPage(data []byte) (*Page, error) {
 	list := &unstructured.UnstructuredList{Object: map[string]interface{}{}}
 	var items [][2]int
 	hasItems := false
-	d.skipSpace()
-	if !d.consume('}') {
-		for {
-			d.skipSpace()
-			key, err := d.str(false)
+	err := d.members(func(key string) error {
+		switch key {
+		case "items":
+			var err error
+			items, err = d.items()
+			hasItems = true
+			return err
+		case "apiVersion", "kind", "metadata":
+			v, err := d.value()
 			if err != nil {
-				return nil, err
+				return err
 			}
-			d.skipSpace()
-			if !d.consume(':') {
-				return nil, errSlowPath
+			if v == nil {
+				delete(list.Object, key)
+			} else {
+				list.Object[key] = v
 			}
-			d.skipSpace()
-			switch key {
-			case "items":
-				if items, err = d.items(); err != nil {
-					return nil, err
-				}
-				hasItems = true
-			case "apiVersion", "kind", "metadata":
-				v, err := d.value()
-				if err != nil {
-					return nil, err
-				}
-				if v == nil {
-					delete(list.Object, key)
-				} else {
-					list.Object[key] = v
-				}
-			default:
-				if err := d.skip(); err != nil {
-					return nil, err
-				}
-			}
-			d.skipSpace()
-			if d.consume(',') {
-				continue
-			}
-			if d.consume('}') {
-				break
-			}
-			return nil, errSlowPath
+			return nil
+		default:
+			return d.skip()
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	d.skipSpace()
 	// Without items the generic decoder sees a single object; without a kind it fails.
@@ -237,28 +203,67 @@ func (d *decoder) items() ([][2]int, error) {
 		return nil, errSlowPath
 	}
 	items := [][2]int{}
+	err := d.elements(func() error {
+		start := d.pos
+		if d.pos >= len(d.data) || d.data[d.pos] != '{' {
+			return errSlowPath
+		}
+		if err := d.skip(); err != nil {
+			return err
+		}
+		items = append(items, [2]int{start, d.pos})
+		return nil
+	})
+	return items, err
+}
+
+// members walks the members of an object whose '{' has been consumed: member is called with each key, the
+// value next, and reads the value.
+func (d *decoder) members(member func(key string) error) error {
+	return d.container('}', func() error {
+		key, err := d.str(false)
+		if err != nil {
+			return err
+		}
+		d.skipSpace()
+		if !d.consume(':') {
+			return errSlowPath
+		}
+		d.skipSpace()
+		return member(key)
+	})
+}
+
+// elements walks the elements of an array whose '[' has been consumed: element reads each one.
+func (d *decoder) elements(element func() error) error {
+	return d.container(']', element)
+}
+
+// container walks the comma-separated entries of an object or array whose opening bracket has been
+// consumed, up to end, within the nesting bound. The scan counts the list and its items array too, so it
+// is two levels stricter than an item's decoding, never looser.
+func (d *decoder) container(end byte, entry func() error) error {
+	if d.depth++; d.depth > maxFastDepth {
+		return errSlowPath
+	}
+	defer func() { d.depth-- }()
 	d.skipSpace()
-	if d.consume(']') {
-		return items, nil
+	if d.consume(end) {
+		return nil
 	}
 	for {
 		d.skipSpace()
-		start := d.pos
-		if d.pos >= len(d.data) || d.data[d.pos] != '{' {
-			return nil, errSlowPath
+		if err := entry(); err != nil {
+			return err
 		}
-		if err := d.skip(); err != nil {
-			return nil, err
-		}
-		items = append(items, [2]int{start, d.pos})
 		d.skipSpace()
 		if d.consume(',') {
 			continue
 		}
-		if d.consume(']') {
-			return items, nil
+		if d.consume(end) {
+			return nil
 		}
-		return nil, errSlowPath
+		return errSlowPath
 	}
 }
 
@@ -271,10 +276,10 @@ func (d *decoder) skip() error {
 	switch c := d.data[d.pos]; {
 	case c == '{':
 		d.pos++
-		return d.skipContainer('}', true)
+		return d.members(func(string) error { return d.skip() })
 	case c == '[':
 		d.pos++
-		return d.skipContainer(']', false)
+		return d.elements(d.skip)
 	case c == '"':
 		_, _, err := d.skipString()
 		return err
@@ -285,41 +290,6 @@ func (d *decoder) skip() error {
 		return err
 	}
 	return errSlowPath
-}
-
-func (d *decoder) skipContainer(end byte, object bool) error {
-	if d.depth++; d.depth > maxFastDepth {
-		return errSlowPath
-	}
-	defer func() { d.depth-- }()
-	d.skipSpace()
-	if d.consume(end) {
-		return nil
-	}
-	for {
-		d.skipSpace()
-		if object {
-			if _, err := d.str(false); err != nil {
-				return err
-			}
-			d.skipSpace()
-			if !d.consume(':') {
-				return errSlowPath
-			}
-			d.skipSpace()
-		}
-		if err := d.skip(); err != nil {
-			return err
-		}
-		d.skipSpace()
-		if d.consume(',') {
-			continue
-		}
-		if d.consume(end) {
-			return nil
-		}
-		return errSlowPath
-	}
 }
 
 // skipString checks a string whose opening quote is next and returns its contents, and whether they are
@@ -429,69 +399,24 @@ func (d *decoder) value() (interface{}, error) {
 
 // object decodes the members of an object whose '{' has been consumed.
 func (d *decoder) object() (map[string]interface{}, error) {
-	if d.depth++; d.depth > maxFastDepth {
-		return nil, errSlowPath
-	}
-	defer func() { d.depth-- }()
 	m := map[string]interface{}{}
-	d.skipSpace()
-	if d.consume('}') {
-		return m, nil
-	}
-	for {
-		d.skipSpace()
-		key, err := d.str(false)
-		if err != nil {
-			return nil, err
-		}
-		d.skipSpace()
-		if !d.consume(':') {
-			return nil, errSlowPath
-		}
-		d.skipSpace()
+	err := d.members(func(key string) error {
 		v, err := d.value()
-		if err != nil {
-			return nil, err
-		}
 		m[key] = v
-		d.skipSpace()
-		if d.consume(',') {
-			continue
-		}
-		if d.consume('}') {
-			return m, nil
-		}
-		return nil, errSlowPath
-	}
+		return err
+	})
+	return m, err
 }
 
 // array decodes the elements of an array whose '[' has been consumed.
 func (d *decoder) array() ([]interface{}, error) {
-	if d.depth++; d.depth > maxFastDepth {
-		return nil, errSlowPath
-	}
-	defer func() { d.depth-- }()
 	a := []interface{}{}
-	d.skipSpace()
-	if d.consume(']') {
-		return a, nil
-	}
-	for {
-		d.skipSpace()
+	err := d.elements(func() error {
 		v, err := d.value()
-		if err != nil {
-			return nil, err
-		}
 		a = append(a, v)
-		d.skipSpace()
-		if d.consume(',') {
-			continue
-		}
-		if d.consume(']') {
-			return a, nil
-		}
-		return nil, errSlowPath
-	}
+		return err
+	})
+	return a, err
 }
 
 // str decodes a string. Plain ones (no escape, valid UTF-8) are copied; the others are unquoted by utiljson

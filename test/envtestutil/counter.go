@@ -137,42 +137,32 @@ func verbOf(req *http.Request) string {
 	return strings.ToLower(req.Method)
 }
 
-// pathParts returns the resource-relevant segments after /api/v1 or /apis/group/version.
-func pathParts(path string) []string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
+// pathParts returns the resource-relevant segments after /api/v1 or /apis/group/version, and the namespace
+// of a namespaced request ("" for others).
+func pathParts(path string) (parts []string, namespace string) {
+	parts = strings.Split(strings.Trim(path, "/"), "/")
 	switch {
 	case len(parts) >= 2 && parts[0] == "api":
 		parts = parts[2:]
 	case len(parts) >= 3 && parts[0] == "apis":
 		parts = parts[3:]
 	default:
-		return nil
+		return nil, ""
 	}
 	if len(parts) > 2 && parts[0] == "namespaces" {
-		parts = parts[2:]
+		return parts[2:], parts[1]
 	}
-	return parts
+	return parts, ""
 }
 
 // namespaceOf returns the namespace of a namespaced request's path, "" for others.
 func namespaceOf(path string) string {
-	parts := strings.Split(strings.Trim(path, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		return ""
-	}
-	if len(parts) > 2 && parts[0] == "namespaces" {
-		return parts[1]
-	}
-	return ""
+	_, namespace := pathParts(path)
+	return namespace
 }
 
 func resourceOf(path string) string {
-	parts := pathParts(path)
+	parts, _ := pathParts(path)
 	if len(parts) == 0 {
 		return ""
 	}
@@ -180,5 +170,6 @@ func resourceOf(path string) string {
 }
 
 func isCollection(path string) bool {
-	return len(pathParts(path)) == 1
+	parts, _ := pathParts(path)
+	return len(parts) == 1
 }
