@@ -4,10 +4,14 @@ import (
 	"context"
 	"reflect"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/controllers"
@@ -55,5 +59,43 @@ func TestApplyRecordsExpectations(t *testing.T) {
 	}
 	if got, want := expected, map[string]string{"new": ""}; !reflect.DeepEqual(got, want) {
 		t.Fatalf("expected after deleting: %v, want %v", got, want)
+	}
+}
+
+// MaxHold counts from the end of the writes: a namespace whose writes took longer than MaxHold still waits
+// for the cache to show them.
+func TestExpectationsOutlastSlowWrites(t *testing.T) {
+	ctx := context.Background()
+	const ns = "slow-writes"
+	if err := env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	watching, err := client.NewWithWatch(env.Config, client.Options{Scheme: controllers.Scheme()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := clocktesting.NewFakeClock(time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC))
+	// Each create takes, by the reconciler's clock, longer than MaxHold.
+	slow := interceptor.NewClient(watching, interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			clk.Step(15 * time.Second)
+			return c.Create(ctx, obj, opts...)
+		},
+	})
+	r := &controllers.ReportReconciler{Client: slow, Clock: clk, MaxHold: 10 * time.Second}
+	var changes report.Changes
+	changes.PolicyReports.Create = []v1alpha2.PolicyReport{
+		{ObjectMeta: metav1.ObjectMeta{Name: "a", Namespace: ns}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "b", Namespace: ns}},
+	}
+	if _, err := r.ApplyForTest(ctx, ns, changes); err != nil {
+		t.Fatal(err)
+	}
+	if !r.AwaitingCacheForTest(ns, report.Reports{}) {
+		t.Fatal("the writes are no longer awaited although the cache shows none of them")
+	}
+	clk.Step(10 * time.Second)
+	if r.AwaitingCacheForTest(ns, report.Reports{}) {
+		t.Fatal("the writes are still awaited MaxHold after they ended")
 	}
 }

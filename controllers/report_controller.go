@@ -148,7 +148,7 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
 	// Each write that succeeds is expected in the cache before the namespace is built again: at the
 	// resourceVersion it returned, or gone.
-	exp := &expectation{since: r.Clock.Now(), reports: map[string]string{}}
+	exp := &expectation{reports: map[string]string{}}
 	var expMu sync.Mutex
 	expecting := func(write func(client.Object) error, deletes bool) func(client.Object) error {
 		return func(o client.Object) error {
@@ -176,6 +176,9 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	writes = appendWrites(writes, c.ClusterPolicyReports.Update, update)
 	writes = appendWrites(writes, c.ClusterPolicyReports.Delete, remove)
 	err := runBounded(ctx, writes, r.inFlight)
+	// MaxHold counts from the end of the writes: a thousand chunks can take longer than that to write, and
+	// the cache's lag begins when they are done.
+	exp.since = r.Clock.Now()
 	r.mu.Lock()
 	if r.expected == nil {
 		r.expected = map[string]*expectation{}

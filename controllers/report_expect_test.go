@@ -101,3 +101,9 @@ func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, c
 	err := r.apply(ctx, namespace, changes)
 	return maps.Clone(r.expected[namespace].reports), err
 }
+
+// AwaitingCacheForTest reports whether a reconcile of namespace would wait for the cache to show its last
+// writes, given the reports the cache holds.
+func (r *ReportReconciler) AwaitingCacheForTest(namespace string, existing report.Reports) bool {
+	return r.awaitingCache(namespace, existing)
+}
