@@ -219,29 +219,40 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	var seen uidmap.Map[struct{}]
 	opts := metav1.ListOptions{Limit: e.opts.PageSize}
 	var listRV string
+	// The next page is requested before the current one is evaluated, so that the API server encodes it
+	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
+	// idle during every request and the API server idle during every evaluation.
+	next := w.fetch(ctx, namespace, opts)
 	for {
-		select {
-		case e.pages <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		page, err := e.client.List(ctx, w.gvr, namespace, opts)
-		if err != nil {
-			<-e.pages
-			if apierrors.IsResourceExpired(err) || apierrors.IsGone(err) {
+		got := <-next
+		next = nil
+		if got.err != nil {
+			e.returnPage(got)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if apierrors.IsResourceExpired(got.err) || apierrors.IsGone(got.err) {
 				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
 				if opts.Continue != "" {
 					opts.Continue = ""
 					seen = uidmap.Map[struct{}]{}
+					next = w.fetch(ctx, namespace, opts)
 					continue
 				}
 			}
-			w.setReadError(err)
-			return fmt.Errorf("listing %s: %w", w.gvr, err)
+			w.setReadError(got.err)
+			return fmt.Errorf("listing %s: %w", w.gvr, got.err)
 		}
-		err = w.evaluatePage(ctx, page, every, only, &seen)
-		<-e.pages
+		page := got.page
+		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
+			next = w.fetch(ctx, namespace, opts)
+		}
+		err := w.evaluatePage(ctx, page, every, only, &seen)
+		e.returnPage(got)
 		if err != nil {
+			if next != nil {
+				e.returnPage(<-next)
+			}
 			w.setReadError(err)
 			return fmt.Errorf("listing %s: %w", w.gvr, err)
 		}
@@ -249,10 +260,9 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		if listRV == "" {
 			listRV = page.List.GetResourceVersion()
 		}
-		if page.List.GetContinue() == "" {
+		if next == nil {
 			break
 		}
-		opts.Continue = page.List.GetContinue()
 	}
 	w.digests.DeleteMissing(&seen, func(d digest) bool {
 		return namespace == "" || w.nsNames[d.namespace] == namespace
@@ -263,6 +273,38 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		w.lastRV = listRV
 	}
 	return nil
+}
+
+// fetched is one LIST page, or the error reading it, and whether it holds a page token.
+type fetched struct {
+	page  *listjson.Page
+	err   error
+	token bool
+}
+
+// fetch reads one page in the background. It takes a page token before its request, which the reader gives
+// back with returnPage once the page is evaluated or dropped, so that the pages held across resources stay
+// bounded. The result is always delivered, also when ctx ends, so that no token is lost.
+func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions) <-chan fetched {
+	out := make(chan fetched, 1)
+	go func() {
+		select {
+		case w.engine.pages <- struct{}{}:
+		case <-ctx.Done():
+			out <- fetched{err: ctx.Err()}
+			return
+		}
+		page, err := w.engine.client.List(ctx, w.gvr, namespace, opts)
+		out <- fetched{page: page, err: err, token: true}
+	}()
+	return out
+}
+
+// returnPage gives back the page token of f, if it holds one.
+func (e *Engine) returnPage(f fetched) {
+	if f.token {
+		<-e.pages
+	}
 }
 
 // evaluatePage evaluates the objects of a page that changed since they were last read with every policy, and
