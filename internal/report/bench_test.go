@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 
 	"github.com/celaudit/celaudit/internal/audit"
@@ -57,5 +58,37 @@ func BenchmarkBuild100k(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		Build(results, previous, scanTime(), Options{})
+	}
+}
+
+// BenchmarkCachedRetained reports the heap the operator's report cache retains per listed result: the
+// reports of 5,000 listed results, in chunks of 32, as ForCache leaves them.
+func BenchmarkCachedRetained(b *testing.B) {
+	const listed = 5000
+	var results []audit.Result
+	for i := range listed {
+		results = append(results, newResult(
+			withObject(fmt.Sprintf("ns-%02d", i%100), fmt.Sprintf("w-%06d", i)),
+			withVerdict(audit.Fail),
+			withMessage(fmt.Sprintf("replicas must be positive, got -%d", i)),
+		))
+	}
+	stored := stored(Build(results, nil, scanTime(), Options{MaxResultsPerReport: 32}))
+	for range b.N {
+		runtime.GC()
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		var kept []any
+		for i := range stored.PolicyReports {
+			c, err := ForCache(stored.PolicyReports[i].DeepCopy())
+			if err != nil {
+				b.Fatal(err)
+			}
+			kept = append(kept, c)
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/listed, "B/result")
+		runtime.KeepAlive(kept)
 	}
 }

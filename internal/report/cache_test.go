@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -33,10 +34,8 @@ func TestForCacheKeepsWhatReconcilesRead(t *testing.T) {
 		if _, ok := cachedDigest(&r.ObjectMeta); !ok || len(r.ManagedFields) != 0 {
 			t.Fatalf("%s: digest %v, %d managedFields", r.Name, r.Annotations, len(r.ManagedFields))
 		}
-		for _, res := range r.Results {
-			if res.Message != "" || res.Policy != "" || len(res.Resources) != 0 || len(res.Properties) != 1 {
-				t.Fatalf("%s keeps more than the ID and timestamp of a result: %+v", r.Name, res)
-			}
+		if len(r.Results) != 0 {
+			t.Fatalf("%s keeps %d results in the cache", r.Name, len(r.Results))
 		}
 	}
 	// Informers may transform an object twice: the second time changes nothing.
@@ -68,5 +67,82 @@ func TestDiffOfCachedReportKeepsOthersAnnotations(t *testing.T) {
 	}
 	if len(got[0].Results) != 2 {
 		t.Fatalf("update has %d results, want the 2 desired", len(got[0].Results))
+	}
+}
+
+// The IDs and timestamps the cache keeps as text read back as they were, whatever the ID holds, and the
+// earliest timestamp of an ID wins as it does across stored reports.
+func TestCachedTimestampsRoundTrip(t *testing.T) {
+	result := func(id string, secs int64, nanos int32) v1alpha2.PolicyReportResult {
+		r := v1alpha2.PolicyReportResult{Timestamp: metav1.Timestamp{Seconds: secs, Nanos: nanos}}
+		if id != "" {
+			r.Properties = map[string]string{audit.PropResultID: id}
+		}
+		return r
+	}
+	tests := []struct {
+		name    string
+		results []v1alpha2.PolicyReportResult
+		want    map[string]metav1.Timestamp
+		// onlyStored are read from the stored report but not from the cache, which loses them.
+		onlyStored map[string]metav1.Timestamp
+	}{
+		{name: "none", want: map[string]metav1.Timestamp{}},
+		{
+			name:    "plain IDs",
+			results: []v1alpha2.PolicyReportResult{result("a1", 1767225600, 0), result("b2", 1767225601, 999999999)},
+			want:    map[string]metav1.Timestamp{"a1": {Seconds: 1767225600}, "b2": {Seconds: 1767225601, Nanos: 999999999}},
+		},
+		{
+			name:    "IDs with spaces and separators",
+			results: []v1alpha2.PolicyReportResult{result("a b  c", 5, 6), result(" lead", 7, 8), result("x=1,y", 9, 0)},
+			want:    map[string]metav1.Timestamp{"a b  c": {Seconds: 5, Nanos: 6}, " lead": {Seconds: 7, Nanos: 8}, "x=1,y": {Seconds: 9}},
+		},
+		{
+			name:       "no ID, or a line break in the cache: left out",
+			results:    []v1alpha2.PolicyReportResult{result("", 1, 1), result("two\nlines", 2, 2), result("kept", 3, 3)},
+			want:       map[string]metav1.Timestamp{"kept": {Seconds: 3, Nanos: 3}},
+			onlyStored: map[string]metav1.Timestamp{"two\nlines": {Seconds: 2, Nanos: 2}},
+		},
+		{
+			name:    "an ID twice: the earliest",
+			results: []v1alpha2.PolicyReportResult{result("d", 10, 5), result("d", 10, 4), result("d", 11, 0)},
+			want:    map[string]metav1.Timestamp{"d": {Seconds: 10, Nanos: 4}},
+		},
+		{
+			name:    "negative and extreme values",
+			results: []v1alpha2.PolicyReportResult{result("n", -62135596800, 0), result("m", 253402300799, 2147483647)},
+			want:    map[string]metav1.Timestamp{"n": {Seconds: -62135596800}, "m": {Seconds: 253402300799, Nanos: 2147483647}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &v1alpha2.PolicyReport{Results: tt.results}
+			r.Name, r.Namespace = NamePrefix, "team-a"
+			r.Labels = map[string]string{ManagedByLabel: ManagedByValue}
+			full := Reports{PolicyReports: []v1alpha2.PolicyReport{*r.DeepCopy()}}
+			c := cached(t, full)
+			if got := PreviousTimestamps(c); !maps.Equal(got, tt.want) {
+				t.Errorf("from the cache: %v, want %v", got, tt.want)
+			}
+			wantStored := maps.Clone(tt.want)
+			maps.Copy(wantStored, tt.onlyStored)
+			if got := PreviousTimestamps(full); !maps.Equal(got, wantStored) {
+				t.Errorf("from the stored report: %v, want %v", got, wantStored)
+			}
+		})
+	}
+}
+
+// A malformed line of the cache's text is skipped, not misread.
+func TestCachedTimestampsSkipsMalformedLines(t *testing.T) {
+	meta := &metav1.ObjectMeta{Annotations: map[string]string{ResultTimestampsAnnotation: "1 2 ok\nx 2 bad-secs\n1 y bad-nanos\n1 2\n1 99999999999 too-big\n\n3 4 last"}}
+	got := map[string]metav1.Timestamp{}
+	if !cachedTimestamps(meta, func(id string, ts metav1.Timestamp) { got[id] = ts }) {
+		t.Fatal("annotation not found")
+	}
+	want := map[string]metav1.Timestamp{"ok": {Seconds: 1, Nanos: 2}, "last": {Seconds: 3, Nanos: 4}}
+	if !maps.Equal(got, want) {
+		t.Fatalf("got %v, want %v", got, want)
 	}
 }

@@ -176,10 +176,16 @@ func TestDiff(t *testing.T) {
 					if _, ok := u.Annotations[ContentDigestAnnotation]; ok {
 						t.Errorf("update of %s carries the cache's digest", u.Name)
 					}
+					if _, ok := u.Annotations[ResultTimestampsAnnotation]; ok {
+						t.Errorf("update of %s carries the cache's timestamps", u.Name)
+					}
 				}
 				for _, u := range got.ClusterPolicyReports.Update {
 					if _, ok := u.Annotations[ContentDigestAnnotation]; ok {
 						t.Errorf("update of %s carries the cache's digest", u.Name)
+					}
+					if _, ok := u.Annotations[ResultTimestampsAnnotation]; ok {
+						t.Errorf("update of %s carries the cache's timestamps", u.Name)
 					}
 				}
 			})

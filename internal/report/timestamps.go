@@ -12,28 +12,27 @@ import (
 // appear twice, the earliest timestamp wins, so the answer does not depend on the order of reports.
 func PreviousTimestamps(existing Reports) map[string]metav1.Timestamp {
 	out := make(map[string]metav1.Timestamp)
-	add := func(results []v1alpha2.PolicyReportResult) {
+	add := func(id string, ts metav1.Timestamp) {
+		if old, ok := out[id]; ok && !before(ts, old) {
+			return
+		}
+		out[id] = ts
+	}
+	addAll := func(meta *metav1.ObjectMeta, results []v1alpha2.PolicyReportResult) {
+		if !IsManaged(meta) || cachedTimestamps(meta, add) {
+			return
+		}
 		for i := range results {
-			id := results[i].Properties[audit.PropResultID]
-			if id == "" {
-				continue
+			if id := results[i].Properties[audit.PropResultID]; id != "" {
+				add(id, results[i].Timestamp)
 			}
-			ts := results[i].Timestamp
-			if old, ok := out[id]; ok && !before(ts, old) {
-				continue
-			}
-			out[id] = ts
 		}
 	}
 	for i := range existing.PolicyReports {
-		if IsManaged(&existing.PolicyReports[i]) {
-			add(existing.PolicyReports[i].Results)
-		}
+		addAll(&existing.PolicyReports[i].ObjectMeta, existing.PolicyReports[i].Results)
 	}
 	for i := range existing.ClusterPolicyReports {
-		if IsManaged(&existing.ClusterPolicyReports[i]) {
-			add(existing.ClusterPolicyReports[i].Results)
-		}
+		addAll(&existing.ClusterPolicyReports[i].ObjectMeta, existing.ClusterPolicyReports[i].Results)
 	}
 	return out
 }
