@@ -21,6 +21,9 @@ const ContentDigestAnnotation = "celaudit.io/content-digest"
 // report (see ForCache). Like ContentDigestAnnotation it is never written to the cluster.
 const ResultTimestampsAnnotation = "celaudit.io/result-timestamps"
 
+// cacheAnnotations are the annotations ForCache adds, which Diff keeps out of the updates it makes.
+var cacheAnnotations = []string{ContentDigestAnnotation, ResultTimestampsAnnotation}
+
 // ForCache is the cache transform of PolicyReports and ClusterPolicyReports. It keeps what a reconcile reads
 // of an existing report: its metadata, and each result's ID and timestamp (PreviousTimestamps), as one
 // string. The results themselves are replaced by a digest of the report's content, which is all Diff needs

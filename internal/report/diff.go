@@ -135,9 +135,9 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 		updated := *want
 		meta := ops.meta(have).DeepCopy()
 		meta.Labels = labels
-		// The cache's, not the cluster's.
-		delete(meta.Annotations, ContentDigestAnnotation)
-		delete(meta.Annotations, ResultTimestampsAnnotation)
+		for _, a := range cacheAnnotations { // the cache's, not the cluster's
+			delete(meta.Annotations, a)
+		}
 		if len(meta.Annotations) == 0 {
 			meta.Annotations = nil
 		}

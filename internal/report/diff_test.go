@@ -173,22 +173,22 @@ func TestDiff(t *testing.T) {
 					t.Errorf("Empty() = %v, want %v", got.Empty(), wantEmpty)
 				}
 				for _, u := range got.PolicyReports.Update {
-					if _, ok := u.Annotations[ContentDigestAnnotation]; ok {
-						t.Errorf("update of %s carries the cache's digest", u.Name)
-					}
-					if _, ok := u.Annotations[ResultTimestampsAnnotation]; ok {
-						t.Errorf("update of %s carries the cache's timestamps", u.Name)
-					}
+					noCacheAnnotations(t, &u.ObjectMeta)
 				}
 				for _, u := range got.ClusterPolicyReports.Update {
-					if _, ok := u.Annotations[ContentDigestAnnotation]; ok {
-						t.Errorf("update of %s carries the cache's digest", u.Name)
-					}
-					if _, ok := u.Annotations[ResultTimestampsAnnotation]; ok {
-						t.Errorf("update of %s carries the cache's timestamps", u.Name)
-					}
+					noCacheAnnotations(t, &u.ObjectMeta)
 				}
 			})
+		}
+	}
+}
+
+// noCacheAnnotations fails t when an update carries an annotation of the operator's cache.
+func noCacheAnnotations(t *testing.T, meta *metav1.ObjectMeta) {
+	t.Helper()
+	for _, a := range []string{ContentDigestAnnotation, ResultTimestampsAnnotation} {
+		if _, ok := meta.Annotations[a]; ok {
+			t.Errorf("update of %s carries the cache's annotation %s", meta.Name, a)
 		}
 	}
 }
