@@ -189,6 +189,34 @@ func exempt(gr schema.GroupResource) bool {
 	return false
 }
 
+// ownReport reports whether gr holds the reports celaudit writes. A policy matching every resource would
+// otherwise audit them, and each report write would be followed by an evaluation of the report and often by
+// another write. They are audited only for a policy or binding whose rules name them.
+func ownReport(gr schema.GroupResource) bool {
+	return gr.Group == "wgpolicyk8s.io" && (gr.Resource == "policyreports" || gr.Resource == "clusterpolicyreports")
+}
+
+// namesOwnReports reports whether some resource rule of ms names one of celaudit's report resources
+// literally: its group and its resource, not "*".
+func namesOwnReports(ms ...*admissionregistrationv1.MatchResources) bool {
+	for _, m := range ms {
+		if m == nil {
+			continue
+		}
+		for _, r := range m.ResourceRules {
+			for _, g := range r.APIGroups {
+				for _, res := range r.Resources {
+					name, _, _ := strings.Cut(res, "/")
+					if ownReport(schema.GroupResource{Group: g, Resource: name}) {
+						return true
+					}
+				}
+			}
+		}
+	}
+	return false
+}
+
 // plan decides, per binding and class of equivalent resources, which request the audit simulates and in
 // which version it reads objects. It asks the apiserver's matcher about each served resource with the
 // object-level criteria (selectors, resourceNames) removed: they are decided per object at evaluation.
@@ -205,16 +233,17 @@ func (p *Policy) plan() {
 
 	readable := map[schema.GroupVersionResource]bool{}
 	for _, r := range served {
-		readable[r.Resource] = r.Listable
+		readable[r.Resource] = r.Auditable
 	}
 	for _, b := range p.bindings {
 		binding := b.binding.DeepCopy()
 		binding.Spec.MatchResources = resourceLevel(binding.Spec.MatchResources)
 		bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
+		reports := namesOwnReports(p.compiled.policy.Spec.MatchConstraints, b.binding.Spec.MatchResources)
 		for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
 			direct, converted := map[string]plan{}, map[string]plan{}
 			for _, r := range served {
-				if exempt(r.Resource.GroupResource()) {
+				if exempt(r.Resource.GroupResource()) || ownReport(r.Resource.GroupResource()) && !reports {
 					continue
 				}
 				key := p.classKey(r.Resource)

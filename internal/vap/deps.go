@@ -31,8 +31,10 @@ type APIResource struct {
 	Resource   schema.GroupVersionResource
 	Kind       string
 	Namespaced bool
-	// Listable says whether the resource supports list, i.e. whether stored objects can be audited.
-	Listable bool
+	// Auditable says whether the resource supports both list and watch: the audit reads stored objects with
+	// a LIST and follows their changes with a WATCH. Resources that lack either (componentstatuses has no
+	// watch, most virtual resources have no list) have no stored objects to audit.
+	Auditable bool
 }
 
 // GroupVersionKind returns the kind of the resource's objects.

@@ -26,7 +26,7 @@ func (m namespaceMap) Get(name string) (*corev1.Namespace, error) {
 func Example() {
 	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{{
 		GroupVersion: "apps/v1",
-		APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: metav1.Verbs{"list"}}},
+		APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}},
 	}})
 	if err != nil {
 		panic(err)

@@ -54,6 +54,7 @@ func discovery() []*metav1.APIResourceList {
 			{Name: "events", Kind: "Event", Namespaced: true, Verbs: listVerbs},
 			{Name: "nodes", Kind: "Node", Verbs: listVerbs},
 			{Name: "bindings", Kind: "Binding", Namespaced: true, Verbs: metav1.Verbs{"create"}},
+			{Name: "componentstatuses", Kind: "ComponentStatus", Verbs: metav1.Verbs{"get", "list"}},
 		}},
 		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{
 			{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: listVerbs},
@@ -69,6 +70,10 @@ func discovery() []*metav1.APIResourceList {
 			{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: listVerbs},
 			{Name: "limits", Kind: "Limits", Namespaced: true, Verbs: listVerbs},
 			{Name: "clusterlimits", Kind: "ClusterLimits", Verbs: listVerbs},
+		}},
+		{GroupVersion: "wgpolicyk8s.io/v1alpha2", APIResources: []metav1.APIResource{
+			{Name: "policyreports", Kind: "PolicyReport", Namespaced: true, Verbs: listVerbs},
+			{Name: "clusterpolicyreports", Kind: "ClusterPolicyReport", Verbs: listVerbs},
 		}},
 		{GroupVersion: "example.com/v1beta1", APIResources: []metav1.APIResource{
 			{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: listVerbs},

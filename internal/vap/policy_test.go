@@ -22,6 +22,8 @@ func TestResources(t *testing.T) {
 	)
 	limitsGVR := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "limits"}
 	clusterLimitsGVR := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "clusterlimits"}
+	policyReportsGVR := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "policyreports"}
+	clusterPolicyReportsGVR := schema.GroupVersionResource{Group: "wgpolicyk8s.io", Version: "v1alpha2", Resource: "clusterpolicyreports"}
 	cases := []struct {
 		name     string
 		policy   *admissionregistrationv1.ValidatingAdmissionPolicy
@@ -33,7 +35,7 @@ func TestResources(t *testing.T) {
 		policy: newPolicy("p"),
 		want:   []schema.GroupVersionResource{deploymentsGVR},
 	}, {
-		name:   "wildcards: every listable resource once, in discovery order, without admission configuration",
+		name:   "wildcards: every resource that can be listed and watched once, in discovery order, without admission configuration or celaudit's reports",
 		policy: newPolicy("p", withRules(rule("*", "*", "*"))),
 		want: []schema.GroupVersionResource{podsGVR, namespacesGVR, configMapsGVR, secretsGVR, coreEventsGVR, nodesGVR, deploymentsGVR,
 			widgetsV1GVR, limitsGVR, clusterLimitsGVR},
@@ -66,6 +68,25 @@ func TestResources(t *testing.T) {
 	}, {
 		name:   "resources that cannot be listed",
 		policy: newPolicy("p", withRules(rule("", "v1", "bindings"))),
+		want:   nil,
+	}, {
+		name:   "resources that cannot be watched",
+		policy: newPolicy("p", withRules(rule("", "v1", "componentstatuses"))),
+		want:   nil,
+	}, {
+		name:   "celaudit's own reports when the policy names them",
+		policy: newPolicy("p", withRules(rule("wgpolicyk8s.io", "*", "policyreports"))),
+		want:   []schema.GroupVersionResource{policyReportsGVR},
+	}, {
+		name:   "celaudit's own reports when a binding names them",
+		policy: newPolicy("p", withRules(rule("*", "*", "*"))),
+		bindings: bindings{newBinding("b", "p", withMatchResources(func(m *admissionregistrationv1.MatchResources) {
+			m.ResourceRules = []admissionregistrationv1.NamedRuleWithOperations{rule("wgpolicyk8s.io", "v1alpha2", "clusterpolicyreports")}
+		}))},
+		want: []schema.GroupVersionResource{clusterPolicyReportsGVR},
+	}, {
+		name:   "celaudit's own reports are not matched by a wildcard group",
+		policy: newPolicy("p", withRules(rule("*", "*", "policyreports"))),
 		want:   nil,
 	}, {
 		name:   "DELETE-only policies list resources for their skips",
@@ -308,7 +329,7 @@ func TestStaticResolver(t *testing.T) {
 	if got, want := r.KindFor(deploymentsGVR, "scale"), (schema.GroupVersionKind{Group: "autoscaling", Version: "v1", Kind: "Scale"}); got != want {
 		t.Errorf("KindFor(deployments/scale) = %v, want %v", got, want)
 	}
-	if got, err := r.ResourceForKind(limitsGVK); err != nil || got.Resource.Resource != "limits" || !got.Namespaced || !got.Listable {
+	if got, err := r.ResourceForKind(limitsGVK); err != nil || got.Resource.Resource != "limits" || !got.Namespaced || !got.Auditable {
 		t.Errorf("ResourceForKind(Limits) = %+v, %v", got, err)
 	}
 	if _, err := r.ResourceForKind(limitsGVK.GroupVersion().WithKind("Missing")); err == nil {

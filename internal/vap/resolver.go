@@ -88,7 +88,7 @@ func NewStaticResolver(lists []*metav1.APIResourceList) (*StaticResolver, error)
 				Resource:   gvr,
 				Kind:       res.Kind,
 				Namespaced: res.Namespaced,
-				Listable:   slices.Contains(res.Verbs, "list"),
+				Auditable:  slices.Contains(res.Verbs, "list") && slices.Contains(res.Verbs, "watch"),
 			}
 			r.resources = append(r.resources, ar)
 			if _, dup := r.byKind[ar.GroupVersionKind()]; !dup {
@@ -101,6 +101,16 @@ func NewStaticResolver(lists []*metav1.APIResourceList) (*StaticResolver, error)
 
 // ServedResources implements ResourceResolver.
 func (r *StaticResolver) ServedResources() []APIResource { return slices.Clone(r.resources) }
+
+// Namespaced tells whether the served resource gvr is namespaced; known is false when gvr is not served.
+func (r *StaticResolver) Namespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
+	for i := range r.resources {
+		if r.resources[i].Resource == gvr {
+			return r.resources[i].Namespaced, true
+		}
+	}
+	return false, false
+}
 
 // ResourceForKind implements ResourceResolver.
 func (r *StaticResolver) ResourceForKind(gvk schema.GroupVersionKind) (APIResource, error) {
