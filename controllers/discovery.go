@@ -78,6 +78,11 @@ func (d *Discovery) resolver() *vap.StaticResolver {
 // ServedResources implements vap.ResourceResolver.
 func (d *Discovery) ServedResources() []vap.APIResource { return d.resolver().ServedResources() }
 
+// Namespaced tells whether the served resource gvr is namespaced; known is false when it is not served.
+func (d *Discovery) Namespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
+	return d.resolver().Namespaced(gvr)
+}
+
 // ResourceForKind implements vap.ResourceResolver.
 func (d *Discovery) ResourceForKind(gvk schema.GroupVersionKind) (vap.APIResource, error) {
 	return d.resolver().ResourceForKind(gvk)

@@ -57,6 +57,9 @@ type Options struct {
 	ExcludeCRDGroups     string
 	PprofAddr            string
 	SkipControllerChecks bool // tests start several managers in one process
+	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
+	// further failure, up to 5 minutes. Not a flag: tests shorten it.
+	ReadBackoff time.Duration
 }
 
 // float32Value is a flag.Value for a float32, which the flag package lacks.
@@ -198,7 +201,19 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	}
 	notifier := NewNotifier()
 	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(verdicts, audit.Pass)))
-	engine := scan.New(reader, store, ctrl.Log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("creating discovery client: %w", err)
+	}
+	resources := NewDiscovery(disc)
+	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: mgr.GetEventRecorder("celaudit")}
+	engine := scan.New(reader, store, ctrl.Log.WithName("scan"), scan.Options{
+		PageSize:    o.PageSize,
+		Workers:     o.Workers,
+		Backoff:     o.ReadBackoff,
+		Namespaced:  resources.Namespaced,
+		OnReadError: readErrors.ReadError,
+	})
 	if err := mgr.Add(engine); err != nil {
 		return nil, fmt.Errorf("adding scan engine: %w", err)
 	}
@@ -206,11 +221,6 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
 	gate.OnOpen(engine.Release)
 	ctrlOpts := controllerOptions(o.Workers, o.SkipControllerChecks)
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("creating discovery client: %w", err)
-	}
-	resources := NewDiscovery(disc)
 	refresher := &Refresher{Discovery: resources, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
 	if err := mgr.Add(refresher); err != nil {
 		return nil, fmt.Errorf("adding discovery refresher: %w", err)

@@ -34,16 +34,26 @@ type Options struct {
 	Workers int
 	// WatchTimeout bounds each WATCH call; it is renewed from the last bookmark.
 	WatchTimeout time.Duration
-	// Backoff is the wait after a failed LIST or WATCH.
-	Backoff time.Duration
+	// Backoff is the wait after a failed LIST or WATCH. It doubles with each further failure in a row, up to
+	// MaxBackoff, so that a resource that cannot be read (forbidden, served by an aggregated API that is down,
+	// without watch support) costs the API server a few requests an hour rather than one every Backoff.
+	Backoff    time.Duration
+	MaxBackoff time.Duration
+	// Namespaced tells whether a resource is namespaced; known is false when it cannot tell. A rescan within
+	// one namespace (after a namespace's labels or a param changed) reads namespaced resources in that
+	// namespace, of cluster-scoped resources only the Namespace of that name, and a resource of unknown scope
+	// whole.
+	Namespaced func(gvr schema.GroupVersionResource) (namespaced, known bool)
 	// PagesInFlight bounds the LIST pages held in memory at once across all resources, which bounds the
 	// operator's peak memory while it reads; default Workers, at least 2.
 	PagesInFlight int
 	// Released starts the engine released (see Engine.Release).
 	Released bool
-	// OnListError, when set, is told about resources that cannot be read (for example a forbidden LIST), so
-	// that the caller can report them; it is called again with nil once the resource is readable.
-	OnListError func(gvr schema.GroupVersionResource, err error)
+	// OnReadError, when set, is told about resources that cannot be read (for example a forbidden LIST) and
+	// the keys of the policies covering them, so that the caller can tell users where they look. It is called
+	// when the error first occurs and again each time its text changes, not on every retry, and with a nil
+	// error once the resource is readable again.
+	OnReadError func(gvr schema.GroupVersionResource, policies []string, err error)
 }
 
 func (o *Options) defaults() {
@@ -62,6 +72,10 @@ func (o *Options) defaults() {
 	if o.Backoff <= 0 {
 		o.Backoff = 2 * time.Second
 	}
+	if o.MaxBackoff <= 0 {
+		o.MaxBackoff = 5 * time.Minute
+	}
+	o.MaxBackoff = max(o.MaxBackoff, o.Backoff)
 }
 
 // Engine runs the watchers of every resource some policy covers.
@@ -70,6 +84,9 @@ type Engine struct {
 	sink   Sink
 	opts   Options
 	log    logr.Logger
+
+	// sleep waits between retries; tests replace it to observe the backoff without waiting.
+	sleep func(ctx context.Context, d time.Duration)
 
 	pages    chan struct{} // one token per LIST page being read or evaluated
 	released chan struct{} // closed by Release: watchers start reading
@@ -91,6 +108,7 @@ func New(client Client, sink Sink, log logr.Logger, opts Options) *Engine {
 		sink:     sink,
 		opts:     opts,
 		log:      log,
+		sleep:    sleep,
 		pages:    make(chan struct{}, opts.PagesInFlight),
 		released: make(chan struct{}),
 		policies: map[string]audit.Policy{},
@@ -181,8 +199,13 @@ func (e *Engine) RemovePolicy(key string) {
 	}
 }
 
-// Rescan re-evaluates one policy on the objects of its resources, only in namespace when it is not empty. It
-// is how a change outside the object (a param, a namespace label, an on-demand rescan) reaches the results.
+// Rescan re-evaluates one policy on the objects of its resources. It is how a change outside the object (a
+// param, a namespace label, an on-demand rescan) reaches the results.
+//
+// A namespace narrows the rescan to what a change of that namespace concerns: the objects in it, and the
+// Namespace object of that name, whose admission request carries its own name as namespace (so a
+// namespaceSelector and namespace-scoped params apply to it). Other cluster-scoped objects are in no
+// namespace and are left alone.
 func (e *Engine) Rescan(key, namespace string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -191,10 +214,33 @@ func (e *Engine) Rescan(key, namespace string) {
 		return
 	}
 	for _, gvr := range p.Resources() {
-		if w := e.watchers[gvr]; w != nil {
+		w := e.watchers[gvr]
+		if w == nil {
+			continue
+		}
+		switch namespaced, known := e.namespaced(gvr); {
+		case namespace == "", !known:
+			w.requestRescan(key, "")
+		case namespaced, isNamespaces(gvr):
 			w.requestRescan(key, namespace)
 		}
 	}
+}
+
+// namespaced tells whether gvr is namespaced, and whether that is known.
+func (e *Engine) namespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
+	if isNamespaces(gvr) {
+		return false, true
+	}
+	if e.opts.Namespaced == nil {
+		return false, false
+	}
+	return e.opts.Namespaced(gvr)
+}
+
+// isNamespaces reports whether gvr is the core Namespace resource.
+func isNamespaces(gvr schema.GroupVersionResource) bool {
+	return gvr.Group == "" && gvr.Resource == "namespaces"
 }
 
 // Policy returns the policy registered under key, or nil.

@@ -14,6 +14,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
@@ -73,11 +74,14 @@ type watcher struct {
 
 	unreadable bool // guarded by mu: the last read failed and its error results are recorded
 
-	digests    uidmap.Map[digest]
-	nsNames    []string          // namespaces of digests, by index
-	nsIndex    map[string]uint32 // index of each namespace in nsNames
-	lastRV     string
-	readFailed bool
+	digests uidmap.Map[digest]
+	nsNames []string          // namespaces of digests, by index
+	nsIndex map[string]uint32 // index of each namespace in nsNames
+	lastRV  string
+	// readError is the message of the error results recorded because the resource cannot be read; "" when
+	// it can. watchError is the last watch failure logged.
+	readError  string
+	watchError string
 }
 
 func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
@@ -152,6 +156,7 @@ func (w *watcher) run(ctx context.Context) {
 		return
 	}
 	needList := true
+	failures := 0 // failed reads in a row, which set the backoff
 	for ctx.Err() == nil {
 		all, byNS := w.takePending()
 		var err error
@@ -180,20 +185,43 @@ func (w *watcher) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
-			log.V(1).Info("Reading the resource failed, retrying", "err", err.Error())
-			sleep(ctx, w.engine.opts.Backoff)
+			failures++
+			wait := w.engine.backoff(failures)
+			log.V(1).Info("Reading the resource failed, retrying", "err", err.Error(), "after", wait)
+			w.engine.sleep(ctx, wait)
 			continue
 		}
+		failures = 0
 		w.done(true)
 		expired, err := w.watch(ctx)
-		if expired {
+		switch {
+		case expired:
 			log.V(1).Info("Watch expired, relisting")
 			needList = true
-		} else if err != nil && ctx.Err() == nil {
-			log.V(1).Info("Watch failed, retrying", "err", err.Error())
-			sleep(ctx, w.engine.opts.Backoff)
+		case err != nil && ctx.Err() == nil:
+			failures++
+			wait := w.engine.backoff(failures)
+			if msg := err.Error(); msg != w.watchError {
+				w.watchError = msg
+				log.Info("Watching the resource failed, retrying with backoff", "err", msg, "after", wait)
+			} else {
+				log.V(1).Info("Watching the resource failed, retrying", "err", msg, "after", wait)
+			}
+			w.engine.sleep(ctx, wait)
+		default:
+			w.watchError = ""
 		}
 	}
+}
+
+// backoff is the wait after the given number of failed reads in a row: Options.Backoff doubled for each
+// failure after the first, at most Options.MaxBackoff.
+func (e *Engine) backoff(failures int) time.Duration {
+	d := e.opts.Backoff
+	for i := 1; i < failures && d < e.opts.MaxBackoff; i++ {
+		d *= 2
+	}
+	return min(d, e.opts.MaxBackoff)
 }
 
 // requeue puts back rescans that could not be done.
@@ -218,11 +246,18 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 	only := e.policiesFor(w.gvr, rescan)
 	var seen uidmap.Map[struct{}]
 	opts := metav1.ListOptions{Limit: e.opts.PageSize}
+	scope := namespace
+	if namespace != "" && isNamespaces(w.gvr) {
+		// A change of one namespace concerns, of the Namespaces, that one (see Engine.Rescan). It is
+		// cluster-scoped: it is read by name, and a name that is gone was seen by the watch.
+		scope = ""
+		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", namespace).String()
+	}
 	var listRV string
 	// The next page is requested before the current one is evaluated, so that the API server encodes it
 	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
 	// idle during every request and the API server idle during every evaluation.
-	next := w.fetch(ctx, namespace, opts)
+	next := w.fetch(ctx, scope, opts)
 	for {
 		got := <-next
 		next = nil
@@ -236,7 +271,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 				if opts.Continue != "" {
 					opts.Continue = ""
 					seen = uidmap.Map[struct{}]{}
-					next = w.fetch(ctx, namespace, opts)
+					next = w.fetch(ctx, scope, opts)
 					continue
 				}
 			}
@@ -245,7 +280,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		}
 		page := got.page
 		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
-			next = w.fetch(ctx, namespace, opts)
+			next = w.fetch(ctx, scope, opts)
 		}
 		err := w.evaluatePage(ctx, page, every, only, &seen)
 		e.returnPage(got)
@@ -263,6 +298,9 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]
 		if next == nil {
 			break
 		}
+	}
+	if opts.FieldSelector != "" {
+		return nil
 	}
 	w.digests.DeleteMissing(&seen, func(d digest) bool {
 		return namespace == "" || w.nsNames[d.namespace] == namespace
@@ -432,25 +470,33 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 }
 
 // setReadError reports, as an error result of every policy covering the resource, that the resource cannot
-// be read; nil clears it.
+// be read; nil clears it. The results, the log line and OnReadError follow the error's text: they change
+// when it changes, not on every retry.
 func (w *watcher) setReadError(err error) {
-	if (err == nil) == !w.readFailed {
+	msg := ""
+	if err != nil {
+		msg = fmt.Sprintf("cannot read %s: %v", resourceString(w.gvr), err)
+	}
+	if msg == w.readError {
 		return
 	}
-	w.readFailed = err != nil
+	w.readError = msg
 	defer func() {
 		w.mu.Lock()
-		w.unreadable = w.readFailed
+		w.unreadable = msg != ""
 		w.mu.Unlock()
 	}()
+	policies := w.engine.policiesFor(w.gvr, nil)
+	keys := make([]string, len(policies))
 	key := results.ObjectKey{GVR: w.gvr}
-	for _, p := range w.engine.policiesFor(w.gvr, nil) {
+	for i, p := range policies {
+		keys[i] = p.Key()
 		var res []audit.Result
 		if err != nil {
 			res = []audit.Result{{
 				Policy:  policyName(p.Key()),
 				Verdict: audit.Error,
-				Message: fmt.Sprintf("cannot read %s: %v", resourceString(w.gvr), err),
+				Message: msg,
 				Properties: map[string]string{
 					"resource": resourceString(w.gvr),
 				},
@@ -458,8 +504,14 @@ func (w *watcher) setReadError(err error) {
 		}
 		w.engine.sink.Set(p.Key(), key, "", res)
 	}
-	if f := w.engine.opts.OnListError; f != nil {
-		f(w.gvr, err)
+	log := w.engine.log.WithValues("resource", w.gvr.String(), "policies", keys)
+	if err != nil {
+		log.Info("Cannot read the resource: its objects are not audited until it can be read; retrying with backoff", "err", err.Error())
+	} else {
+		log.Info("The resource can be read again")
+	}
+	if f := w.engine.opts.OnReadError; f != nil {
+		f(w.gvr, keys, err)
 	}
 }
 
@@ -470,6 +522,7 @@ func resourceString(gvr schema.GroupVersionResource) string {
 	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
+// sleep waits for d or until ctx is done.
 func sleep(ctx context.Context, d time.Duration) {
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -1,0 +1,76 @@
+package controllers
+
+import (
+	"context"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Event reasons of the read errors of audited resources.
+const (
+	ReasonResourceUnreadable = "ResourceUnreadable"
+	ReasonResourceReadable   = "ResourceReadable"
+)
+
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
+
+// ReadErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
+// forbidden LIST, an aggregated API that is down), and again when it can: an error result in a report is
+// easy to miss, `kubectl describe` on the policy is where users look. The scan engine calls it once per change
+// of the error, not per retry.
+type ReadErrorEvents struct {
+	// Reader reads the policy objects the events are about (the manager's cache holds them).
+	Reader   client.Reader
+	Recorder events.EventRecorder
+}
+
+// ReadError implements scan.Options.OnReadError.
+func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []string, err error) {
+	ctx := context.Background()
+	for _, key := range policies {
+		obj := r.policyObject(ctx, key)
+		if obj == nil {
+			continue
+		}
+		if err != nil {
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonResourceUnreadable, "Audit",
+				"Cannot read %s, so its objects are not audited: %v", resourceName(gvr), err)
+			continue
+		}
+		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonResourceReadable, "Audit",
+			"%s can be read again and is audited", resourceName(gvr))
+	}
+}
+
+// policyObject returns the object behind a policy key ("crd/NAME" or "vap/NAME"), or nil when it is gone.
+func (r *ReadErrorEvents) policyObject(ctx context.Context, key string) client.Object {
+	source, name, _ := strings.Cut(key, "/")
+	var obj client.Object
+	switch source {
+	case CRDSource:
+		obj = &apiextensionsv1.CustomResourceDefinition{}
+	case VAPSource:
+		obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	default:
+		return nil
+	}
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
+		ctrl.Log.WithName("events").V(1).Info("Policy of an unreadable resource not found", "policy", key, "err", err.Error())
+		return nil
+	}
+	return obj
+}
+
+func resourceName(gvr schema.GroupVersionResource) string {
+	if gvr.Group == "" {
+		return gvr.Version + "/" + gvr.Resource
+	}
+	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
+}

@@ -1,0 +1,326 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/controllers"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+// coreRule matches CREATE and UPDATE of core v1 resources.
+func coreRule(resources ...string) admissionregistrationv1.NamedRuleWithOperations {
+	return admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: resources},
+	}}
+}
+
+// boundPolicy returns a policy with one validation and its binding.
+func boundPolicy(name, expression, message string, rule admissionregistrationv1.NamedRuleWithOperations,
+	actions []admissionregistrationv1.ValidationAction, match *admissionregistrationv1.MatchResources,
+) (*admissionregistrationv1.ValidatingAdmissionPolicy, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{rule}},
+			Validations:      []admissionregistrationv1.Validation{{Expression: expression, Message: message}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec:       admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{PolicyName: name, ValidationActions: actions, MatchResources: match},
+	}
+	return policy, binding
+}
+
+// deleteAfter deletes objs when the test ends: cluster-scoped policies would otherwise audit later tests' objects.
+func deleteAfter(t *testing.T, objs ...client.Object) {
+	t.Cleanup(func() {
+		for _, o := range objs {
+			_ = client.IgnoreNotFound(env.Client.Delete(context.Background(), o))
+		}
+	})
+}
+
+// clusterResults returns "verdict name: message" for the results of the cluster reports on objects whose
+// name starts with prefix, sorted: the cluster report is shared with every test's cluster-scoped objects.
+func clusterResults(ctx context.Context, prefix string) ([]string, error) {
+	all, _, err := reportResults(ctx, "")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, r := range all {
+		if _, rest, ok := strings.Cut(r, " "); ok && strings.HasPrefix(rest, prefix) {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+func expectClusterResults(t *testing.T, prefix string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		got, err := clusterResults(context.Background(), prefix)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("cluster results on %s*:\n got %q\nwant %q", prefix, got, want)
+		}
+		return nil
+	})
+}
+
+// TestNamespaceRelabelScenario relabels namespaces that a policy on Namespaces and config maps selects with
+// its binding's namespaceSelector: the objects in them and the Namespaces themselves are evaluated again,
+// nothing lists Namespaces under a namespace, and the reports end as a fresh audit writes them.
+func TestNamespaceRelabelScenario(t *testing.T) {
+	ctx := context.Background()
+	create(t,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rl-a", Labels: map[string]string{"rl-audit": "yes"}}},
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rl-b"}},
+		configMap("rl-a", "cm", nil),
+		configMap("rl-b", "cm", nil),
+	)
+	counter := &envtestutil.RequestCounter{}
+	op, stop := envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
+	const msg = "an owner label is required"
+	policy, binding := boundPolicy("rl-owner", "has(object.metadata.labels) && 'owner' in object.metadata.labels", msg,
+		coreRule("namespaces", "configmaps"), []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit},
+		&admissionregistrationv1.MatchResources{NamespaceSelector: nsSelector("rl-audit")})
+	create(t, policy, binding)
+	deleteAfter(t, binding, policy)
+	envtestutil.WaitSettled(t, op)
+	expectReport(t, "rl-a", 0, "warn cm: "+msg)
+	expectClusterResults(t, "rl-", "warn rl-a: "+msg)
+
+	// rl-a gets an owner: the Namespace passes. rl-b is selected: its config map and itself are warned about.
+	update(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rl-a"}}, func(ns *corev1.Namespace) { ns.Labels["owner"] = "data" })
+	update(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rl-b"}}, func(ns *corev1.Namespace) {
+		ns.Labels = map[string]string{"rl-audit": "yes"}
+	})
+	// A namespace created selected, after the first audit.
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "rl-c", Labels: map[string]string{"rl-audit": "yes"}}})
+	expectReport(t, "rl-a", 0, "warn cm: "+msg)
+	expectReport(t, "rl-b", 0, "warn cm: "+msg)
+	expectClusterResults(t, "rl-", "warn rl-b: "+msg, "warn rl-c: "+msg)
+	for _, ns := range []string{"rl-a", "rl-b", "rl-c"} {
+		if n := counter.GetIn("list", "namespaces", ns); n != 0 {
+			t.Errorf("%d LISTs of namespaces under namespace %s", n, ns)
+		}
+	}
+	all, _, err := reportResults(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range all {
+		if strings.HasPrefix(r, "error : cannot read") {
+			t.Errorf("read error in the cluster report: %s", r)
+		}
+	}
+
+	// A fresh audit publishes the same.
+	stop()
+	want := map[string][]string{}
+	for _, ns := range []string{"rl-a", "rl-b"} {
+		got, _, err := reportResults(ctx, ns)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[ns] = got
+		if err := env.Client.DeleteAllOf(ctx, &v1alpha2.PolicyReport{}, client.InNamespace(ns)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clusterWant, err := clusterResults(ctx, "rl-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := env.Client.DeleteAllOf(ctx, &v1alpha2.ClusterPolicyReport{}, client.MatchingLabels{"app.kubernetes.io/managed-by": "celaudit"}); err != nil {
+		t.Fatal(err)
+	}
+	fresh, _ := envtestutil.StartOperator(t, env.Config, envtestutil.TestOptions())
+	envtestutil.WaitSettled(t, fresh)
+	expectReport(t, "rl-a", 0, want["rl-a"]...)
+	expectReport(t, "rl-b", 0, want["rl-b"]...)
+	expectClusterResults(t, "rl-", clusterWant...)
+}
+
+// TestWildcardPolicyReadsOnlyAuditableResources audits with a policy matching every resource: resources that
+// cannot be watched (componentstatuses) are never read, and celaudit's own reports are not audited, so
+// writing them causes no further round of writes.
+func TestWildcardPolicyReadsOnlyAuditableResources(t *testing.T) {
+	create(t,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "wild", Labels: map[string]string{"wild-audit": "yes"}}},
+		configMap("wild", "wild-bad", nil),
+	)
+	counter := &envtestutil.RequestCounter{}
+	op, _ := envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
+	const msg = "wild-bad is not a good name"
+	policy, binding := boundPolicy("wild-all", "!object.metadata.name.startsWith('wild-bad')", msg,
+		admissionregistrationv1.NamedRuleWithOperations{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+			Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+			Rule:       admissionregistrationv1.Rule{APIGroups: []string{"*"}, APIVersions: []string{"*"}, Resources: []string{"*"}},
+		}},
+		[]admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit},
+		&admissionregistrationv1.MatchResources{NamespaceSelector: nsSelector("wild-audit")})
+	create(t, policy, binding)
+	deleteAfter(t, binding, policy)
+	envtestutil.WaitSettled(t, op)
+	expectReportContains(t, "wild", "warn wild-bad: "+msg)
+
+	// A later change is published: everything the first write caused has been seen by then.
+	create(t, configMap("wild", "wild-bad-2", nil))
+	expectReportContains(t, "wild", "warn wild-bad: "+msg, "warn wild-bad-2: "+msg)
+
+	for _, verb := range []string{"list", "watch"} {
+		if n := counter.Get(verb, "componentstatuses"); n != 0 {
+			t.Errorf("%d %s requests of componentstatuses, which cannot be watched", n, verb)
+		}
+	}
+	reports := &v1alpha2.PolicyReportList{}
+	if err := env.Client.List(context.Background(), reports, client.InNamespace("wild")); err != nil {
+		t.Fatal(err)
+	}
+	results, passes := op.Results.NamespaceCounted("wild")
+	for _, r := range reports.Items {
+		if passes[r.UID] > 0 || slices.ContainsFunc(results, func(res audit.Result) bool { return res.Resource.UID == r.UID }) {
+			t.Errorf("celaudit audited its own report %s/%s", r.Namespace, r.Name)
+		}
+	}
+	if len(reports.Items) == 0 {
+		t.Fatal("no reports in namespace wild")
+	}
+	if n := counter.GetIn("create", "policyreports", "wild") + counter.GetIn("update", "policyreports", "wild"); n != 2 {
+		t.Errorf("%d writes of the reports of namespace wild, want 2 (the first audit, then wild-bad-2)", n)
+	}
+}
+
+// expectReportContains waits until the listed results of namespace ns are exactly want, whatever the passes.
+func expectReportContains(t *testing.T, ns string, want ...string) {
+	t.Helper()
+	slices.Sort(want)
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		got, _, err := reportResults(context.Background(), ns)
+		if err != nil {
+			return err
+		}
+		if !slices.Equal(got, want) {
+			return fmt.Errorf("report of %q:\n got %q\nwant %q", ns, got, want)
+		}
+		return nil
+	})
+}
+
+// listFailures answers LISTs of limit ranges with a server error whose message is the current value of
+// message, and passes every other request through.
+type listFailures struct {
+	rt      http.RoundTripper
+	message atomic.Value // string
+	lists   atomic.Int64
+}
+
+func (f *listFailures) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL.Query().Get("watch") == "true" || !strings.HasSuffix(req.URL.Path, "/limitranges") {
+		return f.rt.RoundTrip(req)
+	}
+	f.lists.Add(1)
+	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":"InternalError","code":500}`,
+		f.message.Load().(string))
+	return &http.Response{
+		StatusCode: http.StatusInternalServerError,
+		Header:     http.Header{"Content-Type": []string{"application/json"}},
+		Body:       io.NopCloser(strings.NewReader(body)),
+		Request:    req,
+	}, nil
+}
+
+// TestUnreadableResourceScenario audits a resource whose LISTs fail: retries back off exponentially, the
+// error result follows the current cause, and the policy gets a Warning Event.
+func TestUnreadableResourceScenario(t *testing.T) {
+	ctx := context.Background()
+	failures := &listFailures{}
+	failures.message.Store("limit ranges are unavailable (first cause)")
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { failures.rt = rt; return failures })
+	opts := envtestutil.TestOptions()
+	opts.ReadBackoff = 100 * time.Millisecond
+	_, _ = envtestutil.StartOperator(t, cfg, opts)
+	policy, binding := boundPolicy("unread-limits", "true", "never", coreRule("limitranges"),
+		[]admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, nil)
+	create(t, policy, binding)
+	deleteAfter(t, binding, policy)
+
+	const prefix = "error : cannot read v1/limitranges: "
+	expectErrorResult := func(cause string) {
+		t.Helper()
+		envtestutil.Eventually(t, 30*time.Second, func() error {
+			all, _, err := reportResults(ctx, "")
+			if err != nil {
+				return err
+			}
+			if !slices.Contains(all, prefix+cause) {
+				return fmt.Errorf("no result %q in the cluster reports: %q", prefix+cause, all)
+			}
+			return nil
+		})
+	}
+	expectErrorResult("limit ranges are unavailable (first cause)")
+	start, before := time.Now(), failures.lists.Load()
+	// The retries of the next few seconds: with a fixed wait of 100 ms there would be about 30.
+	time.Sleep(3 * time.Second)
+	elapsed, retries := time.Since(start), failures.lists.Load()-before
+	// Waits of 100 ms, 200 ms, 400 ms, ...: n retries take 100 ms × (2^n - 1).
+	if limit := int64(2 + logBase2(elapsed/(100*time.Millisecond))); retries > limit {
+		t.Errorf("%d LISTs in %s after the first failure, want at most %d", retries, elapsed.Round(time.Millisecond), limit)
+	}
+
+	failures.message.Store("limit ranges are unavailable (second cause)")
+	// The current cause shows once the next retry (about 6.4 s after the first failure) has run.
+	expectErrorResult("limit ranges are unavailable (second cause)")
+
+	envtestutil.Eventually(t, 10*time.Second, func() error {
+		list := &eventsv1.EventList{}
+		if err := env.Client.List(ctx, list, client.InNamespace("default")); err != nil {
+			return err
+		}
+		for _, e := range list.Items {
+			if e.Regarding.Name == policy.Name && e.Regarding.Kind == "ValidatingAdmissionPolicy" &&
+				e.Reason == controllers.ReasonResourceUnreadable && e.Type == corev1.EventTypeWarning &&
+				strings.Contains(e.Note, "first cause") {
+				return nil
+			}
+		}
+		return fmt.Errorf("no %s Warning Event on policy %s", controllers.ReasonResourceUnreadable, policy.Name)
+	})
+}
+
+func logBase2(n time.Duration) int {
+	k := 0
+	for n > 1 {
+		n /= 2
+		k++
+	}
+	return k
+}

@@ -1,0 +1,282 @@
+package scan_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/scan"
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+// startEngineWith is startEngine with the engine's log and wait between retries replaced.
+func startEngineWith(t *testing.T, cfg *rest.Config, opts scan.Options, log logr.Logger, sleep func(context.Context, time.Duration)) (*scan.Engine, *results.Store) {
+	t.Helper()
+	store := results.NewStore(nil, results.KeepPasses(true))
+	opts.Released = true
+	client, err := scan.NewClient(cfg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine := scan.New(client, store, log, opts)
+	if sleep != nil {
+		scan.SetSleep(engine, sleep)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = engine.Start(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return engine, store
+}
+
+// TestEngineBacksOffUnreadableResource reads a resource the engine may not list: each retry waits twice as long
+// as the one before, up to MaxBackoff, so the LISTs of a resource that stays unreadable grow logarithmically.
+func TestEngineBacksOffUnreadableResource(t *testing.T) {
+	user, err := env.AddUser(envtest.User{Name: "backoff-no-rights"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu    sync.Mutex
+		waits []time.Duration
+	)
+	// Waits are recorded rather than slept, so the test sees the whole schedule at once.
+	record := func(ctx context.Context, d time.Duration) {
+		mu.Lock()
+		waits = append(waits, d)
+		n := len(waits)
+		mu.Unlock()
+		if n >= 8 {
+			<-ctx.Done() // enough seen: no further LISTs
+		}
+	}
+	counter := &envtestutil.RequestCounter{}
+	engine, _ := startEngineWith(t, counter.Wrap(user.Config()),
+		scan.Options{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second}, logr.Discard(), record)
+	engine.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
+	envtestutil.Eventually(t, 20*time.Second, func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(waits) < 8 {
+			return fmt.Errorf("%d retries so far", len(waits))
+		}
+		return nil
+	})
+	mu.Lock()
+	got := slices.Clone(waits[:8])
+	mu.Unlock()
+	ms := time.Millisecond
+	want := []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, time.Second, time.Second, time.Second, time.Second}
+	if !slices.Equal(got, want) {
+		t.Fatalf("waits between retries = %v, want %v", got, want)
+	}
+	if lists := counter.StatusIn("list", "configmaps", "", http.StatusForbidden); lists != 8 {
+		t.Fatalf("%d forbidden LISTs for 8 retries", lists)
+	}
+}
+
+// failingTransport answers LISTs of config maps with a server error whose message is the current value of
+// message, and passes every request through once it is empty.
+type failingTransport struct {
+	rt      http.RoundTripper
+	message atomic.Value // string
+	lists   atomic.Int64
+}
+
+func (f *failingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	msg, _ := f.message.Load().(string)
+	if msg == "" || req.URL.Query().Get("watch") == "true" || !strings.HasSuffix(req.URL.Path, "/configmaps") {
+		return f.rt.RoundTrip(req)
+	}
+	f.lists.Add(1)
+	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":"InternalError","code":500}`, msg)
+	return &http.Response{
+		StatusCode: http.StatusInternalServerError,
+		Header:     http.Header{"Content-Type": []string{"application/json"}},
+		Body:       readCloser(body),
+		Request:    req,
+	}, nil
+}
+
+func readCloser(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
+
+// TestEngineKeepsReadErrorCurrent changes the cause of a failing LIST: the error result, the log and the
+// callback follow each change once, not each retry, and everything clears when the resource can be read.
+func TestEngineKeepsReadErrorCurrent(t *testing.T) {
+	createNamespace(t, "read-error")
+	createConfigMap(t, "read-error", "cm", map[string]string{"bad": "true"})
+	ft := &failingTransport{}
+	ft.message.Store("backend one is down")
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { ft.rt = rt; return ft })
+
+	var (
+		mu        sync.Mutex
+		logLines  []string
+		callbacks []string
+	)
+	log := funcr.New(func(prefix, args string) {
+		mu.Lock()
+		defer mu.Unlock()
+		logLines = append(logLines, args)
+	}, funcr.Options{})
+	opts := scan.Options{Backoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
+	opts.OnReadError = func(gvr schema.GroupVersionResource, policies []string, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		msg := "readable"
+		if err != nil {
+			msg = err.Error()
+		}
+		callbacks = append(callbacks, fmt.Sprintf("%s %v %s", gvr.Resource, policies, msg))
+	}
+	engine, store := startEngineWith(t, cfg, opts, log, nil)
+	engine.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
+
+	errorResult := func(want string) func() error {
+		return func() error {
+			got := store.Namespace("")
+			if len(got) != 1 || got[0].Verdict != audit.Error || got[0].Message != want {
+				return fmt.Errorf("cluster-level results %+v, want one error %q", got, want)
+			}
+			return nil
+		}
+	}
+	envtestutil.Eventually(t, 10*time.Second, errorResult("cannot read v1/configmaps: backend one is down"))
+	// Several retries with the same cause.
+	base := ft.lists.Load()
+	envtestutil.Eventually(t, 10*time.Second, func() error {
+		if ft.lists.Load() < base+3 {
+			return fmt.Errorf("%d retries", ft.lists.Load()-base)
+		}
+		return nil
+	})
+	ft.message.Store("backend two is down")
+	envtestutil.Eventually(t, 10*time.Second, errorResult("cannot read v1/configmaps: backend two is down"))
+	base = ft.lists.Load()
+	envtestutil.Eventually(t, 10*time.Second, func() error {
+		if ft.lists.Load() < base+3 {
+			return fmt.Errorf("%d retries", ft.lists.Load()-base)
+		}
+		return nil
+	})
+	ft.message.Store("")
+	envtestutil.Eventually(t, 10*time.Second, func() error {
+		if got := store.Namespace(""); len(got) != 0 {
+			return fmt.Errorf("cluster-level results remain: %+v", got)
+		}
+		if got := verdicts(store, "read-error"); got != "bad cm=fail" {
+			return fmt.Errorf("results in read-error: %s", got)
+		}
+		return nil
+	})
+
+	mu.Lock()
+	defer mu.Unlock()
+	wantCallbacks := []string{
+		"configmaps [test/bad] backend one is down",
+		"configmaps [test/bad] backend two is down",
+		"configmaps [test/bad] readable",
+	}
+	if !slices.Equal(callbacks, wantCallbacks) {
+		t.Errorf("OnReadError calls:\n got %q\nwant %q", callbacks, wantCallbacks)
+	}
+	var cannotRead []string
+	for _, l := range logLines {
+		if strings.Contains(l, "Cannot read the resource") || strings.Contains(l, "can be read again") {
+			cannotRead = append(cannotRead, l)
+		}
+	}
+	if len(cannotRead) != 3 || !strings.Contains(cannotRead[0], "backend one") || !strings.Contains(cannotRead[1], "backend two") {
+		t.Errorf("want one default-level log line per change of the read error, got %q", cannotRead)
+	}
+}
+
+// namespacedPolicy evaluates Namespaces, config maps and cluster roles, and counts its evaluations by object.
+type namespacedPolicy struct {
+	mu    sync.Mutex
+	calls map[string]int
+}
+
+var (
+	namespacesGVR   = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	clusterRolesGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
+)
+
+func (p *namespacedPolicy) Key() string { return "test/scoped" }
+func (p *namespacedPolicy) Resources() []schema.GroupVersionResource {
+	return []schema.GroupVersionResource{namespacesGVR, configMaps, clusterRolesGVR}
+}
+func (p *namespacedPolicy) Evaluate(_ context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	p.mu.Lock()
+	p.calls[gvr.Resource+" "+obj.GetNamespace()+"/"+obj.GetName()]++
+	p.mu.Unlock()
+	return []audit.Result{{Policy: "scoped", Verdict: audit.Pass, Resource: audit.RefOf(obj)}}
+}
+
+func (p *namespacedPolicy) count(key string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.calls[key]
+}
+
+// TestEngineRescanOfOneNamespace rescans a policy within one namespace, as a namespace relabel does: the
+// objects in the namespace and that Namespace itself are evaluated again; nothing lists a cluster-scoped
+// resource under the namespace, and other cluster-scoped objects are left alone.
+func TestEngineRescanOfOneNamespace(t *testing.T) {
+	createNamespace(t, "rescan-one")
+	createConfigMap(t, "rescan-one", "cm", nil)
+	counter := &envtestutil.RequestCounter{}
+	scope := map[schema.GroupVersionResource]bool{configMaps: true, clusterRolesGVR: false}
+	engine, _ := startEngine(t, counter.Wrap(env.Config), scan.Options{
+		Namespaced: func(gvr schema.GroupVersionResource) (bool, bool) { n, ok := scope[gvr]; return n, ok },
+	})
+	p := &namespacedPolicy{calls: map[string]int{}}
+	engine.SetPolicy(p)
+	waitSynced(t, engine)
+	nsKey, cmKey := "namespaces /rescan-one", "configmaps rescan-one/cm"
+	if p.count(nsKey) != 1 || p.count(cmKey) != 1 {
+		t.Fatalf("first read: evaluations %v", p.calls)
+	}
+	roleLists := counter.Get("list", "clusterroles")
+
+	engine.Rescan(p.Key(), "rescan-one")
+	envtestutil.Eventually(t, 10*time.Second, func() error {
+		if p.count(nsKey) != 2 || p.count(cmKey) != 2 {
+			return fmt.Errorf("namespace evaluated %d times, config map %d times, want 2 each", p.count(nsKey), p.count(cmKey))
+		}
+		return nil
+	})
+	waitSynced(t, engine)
+	if n := counter.GetIn("list", "namespaces", "rescan-one"); n != 0 {
+		t.Errorf("%d LISTs of namespaces within namespace rescan-one", n)
+	}
+	if n := counter.Get("list", "clusterroles"); n != roleLists {
+		t.Errorf("cluster roles listed again (%d LISTs after %d) for a change of one namespace", n, roleLists)
+	}
+	if n := p.count("namespaces /default"); n != 1 {
+		t.Errorf("namespace default evaluated %d times, want once", n)
+	}
+}
