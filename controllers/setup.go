@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -57,6 +58,8 @@ type Options struct {
 	ExcludeCRDGroups     string
 	PprofAddr            string
 	SkipControllerChecks bool // tests start several managers in one process
+	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
+	Logger logr.Logger
 }
 
 // float32Value is a flag.Value for a float32, which the flag package lacks.
@@ -158,9 +161,14 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 
+	log := o.Logger
+	if log.GetSink() == nil {
+		log = ctrl.Log
+	}
 	managed := labels.SelectorFromSet(labels.Set{report.ManagedByLabel: report.ManagedByValue})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
+		Logger:                  log,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
@@ -198,7 +206,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	}
 	notifier := NewNotifier()
 	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(verdicts, audit.Pass)))
-	engine := scan.New(reader, store, ctrl.Log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
+	engine := scan.New(reader, store, log.WithName("scan"), scan.Options{PageSize: o.PageSize, Workers: o.Workers})
 	if err := mgr.Add(engine); err != nil {
 		return nil, fmt.Errorf("adding scan engine: %w", err)
 	}
