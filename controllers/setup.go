@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-logr/logr"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
@@ -60,6 +61,8 @@ type Options struct {
 	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
 	// further failure, up to 5 minutes. Not a flag: tests shorten it.
 	ReadBackoff time.Duration
+	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
+	Logger logr.Logger
 }
 
 // float32Value is a flag.Value for a float32, which the flag package lacks.
@@ -161,9 +164,14 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	cfg = rest.CopyConfig(cfg)
 	cfg.QPS, cfg.Burst = o.QPS, o.Burst
 
+	log := o.Logger
+	if log.GetSink() == nil {
+		log = ctrl.Log
+	}
 	managed := labels.SelectorFromSet(labels.Set{report.ManagedByLabel: report.ManagedByValue})
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
+		Logger:                  log,
 		Metrics:                 metricsserver.Options{BindAddress: o.MetricsAddr},
 		HealthProbeBindAddress:  o.ProbeAddr,
 		LeaderElection:          o.LeaderElect,
@@ -207,7 +215,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	}
 	resources := NewDiscovery(disc)
 	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: mgr.GetEventRecorder("celaudit")}
-	engine := scan.New(reader, store, ctrl.Log.WithName("scan"), scan.Options{
+	engine := scan.New(reader, store, log.WithName("scan"), scan.Options{
 		PageSize:    o.PageSize,
 		Workers:     o.Workers,
 		Backoff:     o.ReadBackoff,

@@ -343,10 +343,20 @@ func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
 
 // evaluate runs policies on obj and hands the results to the sink. A panic in a policy becomes an error
 // result for that policy, so one bad rule never stops the audit.
+//
+// The results of a Secret are redacted of its values first, whatever policy produced them: policies withhold
+// what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
+// for it.
 func (e *Engine) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
 	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
+	var redactor *audit.Redactor // nil redacts nothing
+	if gvr.Group == "" && gvr.Resource == "secrets" {
+		redactor = audit.NewSecretRedactor(obj.Object)
+	}
 	for _, p := range policies {
-		e.sink.Set(p.Key(), key, obj.GetNamespace(), safeEvaluate(ctx, p, gvr, obj))
+		res := safeEvaluate(ctx, p, gvr, obj)
+		redactor.Redact(res)
+		e.sink.Set(p.Key(), key, obj.GetNamespace(), res)
 	}
 }
 

@@ -2,7 +2,6 @@ package vap
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -26,25 +25,41 @@ type Compiled struct {
 
 	// compileErr fails every evaluation: the policy could not be compiled at all.
 	compileErr error
-	validator  validating.Validator
-	// secretValidator evaluates Secrets: it has no messageExpressions and no audit annotations, whose output
-	// could quote secret data into a report. Nil when the policy has neither (validator is used).
-	secretValidator validating.Validator
+	// plain evaluates objects that are not Secrets, secret evaluates Secrets (they share one evaluator unless
+	// some messageExpression or audit annotation may read a Secret's sensitive fields: secret leaves those
+	// out, since their output could quote them).
+	plain, secret evaluator
 	// matcher evaluates matchConditions; nil without matchConditions.
 	matcher matchconditions.Matcher
 	// matchConditionsSkip says why the matchConditions cannot be judged; "" when they can.
 	matchConditionsSkip string
+	// matchConditionReads holds, per spec.matchConditions index, what the condition may read of a Secret.
+	matchConditionReads []exposure
 
 	// validations holds, per spec.validations index, what the audit needs to know besides the validator.
 	validations []validationInfo
 	// judged lists the spec.validations indexes given to the validator, in the validator's order.
 	judged []int
+
+	paramKind    *schema.GroupVersionKind
+	paramKindErr error
+	// paramsAreSecrets says that the paramKind is the core v1 Secret: the params' sensitive fields are then
+	// withheld like an audited Secret's, and results are redacted of each param's values.
+	paramsAreSecrets     bool
+	readsNamespaceObject bool
+}
+
+// evaluator is a validator and what the audit needs to read its results.
+type evaluator struct {
+	validator validating.Validator
+	// withheld are the inputs that are Secrets for this evaluator: no text computed from their sensitive
+	// fields may reach a result.
+	withheld exposure
 	// annotations lists the spec.auditAnnotations indexes given to the validator, in its order.
 	annotations []int
-
-	paramKind            *schema.GroupVersionKind
-	paramKindErr         error
-	readsNamespaceObject bool
+	// reads is what the expressions the validator evaluates may read; a failure of the whole evaluation,
+	// which names no expression, is reported in full only when reads and withheld do not meet.
+	reads exposure
 }
 
 type validationInfo struct {
@@ -53,8 +68,11 @@ type validationInfo struct {
 	skip string
 	// messageSkip says why the messageExpression is not evaluated; "" when it is (or there is none).
 	messageSkip string
-	// hasMessageExpression says whether the validation has a messageExpression that is evaluated.
+	// hasMessageExpression says whether the validation has a messageExpression that is evaluated (for
+	// inputs that are not withheld).
 	hasMessageExpression bool
+	// reads and messageReads are what the expression and the messageExpression may read of a Secret.
+	reads, messageReads exposure
 }
 
 // CacheKey identifies what CompilePolicy depends on: the policy's uid and generation, and the annotations that
@@ -82,6 +100,7 @@ func CompilePolicy(policy *admissionregistrationv1.ValidatingAdmissionPolicy, op
 		} else {
 			gvk := gv.WithKind(pk.Kind)
 			c.paramKind = &gvk
+			c.paramsAreSecrets = isSecret(gvk)
 		}
 	}
 	defer func() {
@@ -119,11 +138,14 @@ func (c *Compiled) compile(opts Options) {
 		env = nil // without an environment nothing is inspected; compiling reports the problem
 	}
 	deps := newUserDependency(env, spec.Variables)
+	secrets := newSecretReads(env, spec.Variables, c.paramsAreSecrets)
 
 	if len(spec.MatchConditions) > 0 {
 		conditions := make([]cel.ExpressionAccessor, len(spec.MatchConditions))
+		c.matchConditionReads = make([]exposure, len(spec.MatchConditions))
 		for i := range spec.MatchConditions {
 			conditions[i] = (*matchconditions.MatchCondition)(&spec.MatchConditions[i])
+			c.matchConditionReads[i] = secrets.of(spec.MatchConditions[i].Expression)
 			if reason := deps.reason(spec.MatchConditions[i].Expression); reason != "" && c.matchConditionsSkip == "" {
 				c.matchConditionsSkip = fmt.Sprintf(
 					"cannot decide whether the policy applies to a stored object: matchConditions[%d] %q depends on the requesting user (%s)",
@@ -138,7 +160,8 @@ func (c *Compiled) compile(opts Options) {
 			&fail, "policy", "validate", c.policy.Name)
 	}
 
-	var validations, messages []cel.ExpressionAccessor
+	var validations []cel.ExpressionAccessor
+	var messages []*validating.MessageExpressionCondition // aligned with validations; nil for none
 	c.validations = make([]validationInfo, len(spec.Validations))
 	for i, v := range spec.Validations {
 		info := validationInfo{expression: v.Expression}
@@ -147,14 +170,16 @@ func (c *Compiled) compile(opts Options) {
 			c.validations[i] = info
 			continue
 		}
+		info.reads = secrets.of(v.Expression)
 		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
-		var message cel.ExpressionAccessor // nil keeps validations and messages aligned
+		var message *validating.MessageExpressionCondition
 		if v.MessageExpression != "" {
 			if reason := deps.reason(v.MessageExpression); reason != "" {
 				info.messageSkip = fmt.Sprintf("not evaluated: depends on the requesting user (%s)", reason)
 			} else {
 				message = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
 				info.hasMessageExpression = true
+				info.messageReads = secrets.of(v.MessageExpression)
 			}
 		}
 		messages = append(messages, message)
@@ -162,36 +187,80 @@ func (c *Compiled) compile(opts Options) {
 		c.judged = append(c.judged, i)
 	}
 
-	hasMessageExpressions := slices.ContainsFunc(messages, func(m cel.ExpressionAccessor) bool { return m != nil })
-
-	var annotations []cel.ExpressionAccessor
+	var annotations []int // spec.auditAnnotations that can be evaluated
+	annotationReads := make([]exposure, len(spec.AuditAnnotations))
 	for i, a := range spec.AuditAnnotations {
 		if deps.reason(a.ValueExpression) != "" {
 			continue // a value computed for no user would be meaningless
 		}
-		annotations = append(annotations, &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression})
-		c.annotations = append(c.annotations, i)
+		annotations = append(annotations, i)
+		annotationReads[i] = secrets.of(a.ValueExpression)
 	}
 
-	c.validator = validating.NewValidator(
-		compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions),
-		nil, // matchConditions are evaluated by c.matcher, so that their errors are told apart
-		compiler.CompileCondition(annotations, optionalVars, environment.StoredExpressions),
-		compiler.CompileCondition(messages, messageVars, environment.StoredExpressions),
-		&c.failurePolicy,
-		nil,
-	)
-	if hasMessageExpressions || len(annotations) > 0 {
-		c.secretValidator = validating.NewValidator(
-			compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions),
-			nil,
-			compiler.CompileCondition(nil, optionalVars, environment.StoredExpressions),
-			compiler.CompileCondition(make([]cel.ExpressionAccessor, len(messages)), messageVars, environment.StoredExpressions),
+	// The validations are evaluated, whatever they read, for every object: a verdict is a boolean and
+	// discloses nothing. One compiled copy serves both evaluators: an evaluator keeps no state between calls.
+	judged := compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
+	build := func(withheld exposure) evaluator {
+		ev := evaluator{withheld: withheld}
+		var messageConditions, annotationConditions []cel.ExpressionAccessor
+		for position, m := range messages {
+			info := c.validations[c.judged[position]]
+			ev.reads |= info.reads
+			if m == nil || info.messageReads&withheld != 0 {
+				messageConditions = append(messageConditions, nil) // nil keeps validations and messages aligned
+				continue
+			}
+			messageConditions = append(messageConditions, m)
+			ev.reads |= info.messageReads
+		}
+		for _, i := range annotations {
+			if annotationReads[i]&withheld != 0 {
+				continue
+			}
+			a := spec.AuditAnnotations[i]
+			annotationConditions = append(annotationConditions, &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression})
+			ev.annotations = append(ev.annotations, i)
+			ev.reads |= annotationReads[i]
+		}
+		ev.validator = validating.NewValidator(
+			judged,
+			nil, // matchConditions are evaluated by c.matcher, so that their errors are told apart
+			compiler.CompileCondition(annotationConditions, optionalVars, environment.StoredExpressions),
+			compiler.CompileCondition(messageConditions, messageVars, environment.StoredExpressions),
 			&c.failurePolicy,
 			nil,
 		)
+		return ev
+	}
+
+	var withheld exposure
+	if c.paramsAreSecrets {
+		withheld = readsParams
+	}
+	c.plain = build(withheld)
+	// A Secret needs an evaluator of its own only when some messageExpression or audit annotation may read
+	// an object's sensitive fields.
+	var quoted exposure // what the output of messageExpressions and audit annotations may quote
+	for position, m := range messages {
+		if m != nil {
+			quoted |= c.validations[c.judged[position]].messageReads
+		}
+	}
+	for _, i := range annotations {
+		quoted |= annotationReads[i]
+	}
+	if quoted&readsObject != 0 {
+		c.secret = build(withheld | readsObject)
+	} else {
+		c.secret = c.plain
+		c.secret.withheld |= readsObject
 	}
 	c.readsNamespaceObject = deps.namespaceObject
+}
+
+// isSecret reports whether gvk is the core v1 Secret.
+func isSecret(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == "" && gvk.Version == "v1" && gvk.Kind == "Secret"
 }
 
 // Name returns the policy's name.

@@ -23,6 +23,11 @@
 //     (the apiserver's fallback message is used and the property messageExpression says why); such
 //     auditAnnotations are not evaluated. request.dryRun is false and request.options holds empty
 //     CreateOptions/UpdateOptions.
+//   - Nothing computed from a Secret's data, stringData or annotations reaches a result. Each expression is
+//     inspected when the policy is compiled; for a Secret (and for params of kind Secret), a
+//     messageExpression or audit annotation that may read those fields is not evaluated, and the error of an
+//     expression that may read them keeps the apiserver's form with its details withheld. Validations are
+//     evaluated whatever they read. The scan engine then redacts the Secret's values from every result.
 //   - Errors are reported whatever the failurePolicy, including matchConditions errors that the apiserver
 //     drops under Ignore. A binding whose paramRef finds no params under parameterNotFoundAction Allow
 //     does not apply, as in the apiserver, and yields no results.

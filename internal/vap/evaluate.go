@@ -182,46 +182,73 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		return []audit.Result{e.result("matchConditions", audit.Skip, c.matchConditionsSkip, base)}, false
 	}
 
+	ev := c.plain
+	if e.secret() {
+		ev = c.secret
+	}
 	sortParams(params)
 	for _, param := range params {
 		props := maps.Clone(base)
-		versionedParam := param
 		if param != nil {
 			props[audit.PropParam] = paramName(param)
-			u, isUnstructured := param.(*unstructured.Unstructured)
-			switch {
-			case param.GetObjectKind().GroupVersionKind().Empty():
-				versionedParam = &wrappedParam{
-					TypeMeta: paramTypeMeta(c.policy.Spec.ParamKind),
-					nested:   param,
-				}
-			case isUnstructured:
-				versionedParam = e.p.params.of(u)
-			}
 		}
-		if c.compileErr != nil {
-			// What the validator returns for a policy that did not compile.
-			results = append(results, e.result("", audit.Error, c.compileErr.Error(), e.errorProps(props)))
-			continue
+		res := e.evaluateParam(b, ev, match, versioned, namespace, param, props)
+		if c.paramsAreSecrets && param != nil {
+			// The last guard for a Secret read as params, as the scan engine's for an audited Secret.
+			secretRedactor(param).Redact(res)
 		}
-		if c.matcher != nil {
-			m := c.matcher.Match(e.ctx, versioned, versionedParam, nil)
-			if m.Error != nil {
-				results = append(results, e.result("matchConditions", audit.Error, m.Error.Error(), e.errorProps(props)))
-				continue
-			}
-			if !m.Matches {
-				continue
-			}
-		}
-		validator := c.validator
-		if e.secret() && c.secretValidator != nil {
-			validator = c.secretValidator
-		}
-		v := validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)
-		results = append(results, e.decide(b, v, props)...)
+		results = append(results, res...)
 	}
 	return results, false
+}
+
+// evaluateParam evaluates the binding with one param (nil for none) by the validator of ev.
+func (e *evaluation) evaluateParam(b *boundBinding, ev evaluator, match definitionMatch, versioned *admission.VersionedAttributes,
+	namespace *corev1.Namespace, param runtime.Object, props map[string]string,
+) []audit.Result {
+	c := e.p.compiled
+	versionedParam := param
+	if param != nil {
+		u, isUnstructured := param.(*unstructured.Unstructured)
+		switch {
+		case param.GetObjectKind().GroupVersionKind().Empty():
+			versionedParam = &wrappedParam{
+				TypeMeta: paramTypeMeta(c.policy.Spec.ParamKind),
+				nested:   param,
+			}
+		case isUnstructured:
+			versionedParam = e.p.params.of(u)
+		}
+	}
+	if c.compileErr != nil {
+		// What the validator returns for a policy that did not compile.
+		return []audit.Result{e.result("", audit.Error, c.compileErr.Error(), e.errorProps(props))}
+	}
+	if c.matcher != nil {
+		m := c.matcher.Match(e.ctx, versioned, versionedParam, nil)
+		if m.Error != nil {
+			return []audit.Result{e.result("matchConditions", audit.Error, c.matchError(m.Error, ev.withheld), e.errorProps(props))}
+		}
+		if !m.Matches {
+			return nil
+		}
+	}
+	v := ev.validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)
+	return e.decide(b, ev, v, props)
+}
+
+// secretRedactor returns the redactor of the values of secret, a param of kind Secret.
+func secretRedactor(secret runtime.Object) *audit.Redactor {
+	if u, ok := secret.(*unstructured.Unstructured); ok {
+		return audit.NewSecretRedactor(u.Object)
+	}
+	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(secret)
+	if err != nil {
+		// A typed Secret always converts. Were it to fail, the results keep what the first guard let
+		// through: nothing computed from the params' sensitive fields.
+		return nil
+	}
+	return audit.NewSecretRedactor(content)
 }
 
 // operation finds the first operation (CREATE, UPDATE, then DELETE) for which both the policy and the binding
@@ -266,8 +293,8 @@ func (e *evaluation) namespace(attrs admission.Attributes) (*corev1.Namespace, e
 	return e.p.matcher.GetNamespace(e.ctx, name)
 }
 
-// decide turns the validator's decisions for one (binding, param) into results.
-func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props map[string]string) []audit.Result {
+// decide turns the decisions of ev's validator for one (binding, param) into results.
+func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.ValidateResult, props map[string]string) []audit.Result {
 	c := e.p.compiled
 	for _, a := range v.AuditAnnotations {
 		if a.Action == validating.AuditAnnotationActionPublish {
@@ -306,7 +333,7 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 		position++
 		switch {
 		case d.Evaluation == validating.EvalError:
-			add(e.result(rule(), audit.Error, d.Message, e.errorProps(ruleProps())))
+			add(e.result(rule(), audit.Error, withholdDetails(d.Message, info.expression, info.reads&ev.withheld), e.errorProps(ruleProps())))
 		case d.Action == validating.ActionDeny:
 			verdict := audit.Warn
 			if b.deny {
@@ -316,7 +343,7 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 			denyProps[audit.PropReason] = string(d.Reason)
 			if info.messageSkip != "" {
 				denyProps[PropMessageExpression] = info.messageSkip
-			} else if info.hasMessageExpression && e.secret() {
+			} else if info.hasMessageExpression && info.messageReads&ev.withheld != 0 {
 				denyProps[PropMessageExpression] = secretMessageSkip
 			}
 			add(e.result(rule(), verdict, d.Message, denyProps))
@@ -324,14 +351,15 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 	}
 	if !aligned {
 		for _, d := range v.Decisions {
-			add(e.result("validations", audit.Error, d.Message, e.errorProps(props)))
+			add(e.result("validations", audit.Error, withholdDetails(d.Message, "", ev.reads&ev.withheld), e.errorProps(props)))
 		}
 	}
+	// The annotations ev evaluates read nothing it withholds: their errors are reported whole.
 	for i, a := range v.AuditAnnotations {
-		if a.Error == "" || i >= len(c.annotations) {
+		if a.Error == "" || i >= len(ev.annotations) {
 			continue
 		}
-		index := c.annotations[i]
+		index := ev.annotations[i]
 		add(e.result(fmt.Sprintf("auditAnnotations[%d]", index), audit.Error, a.Error,
 			e.errorProps(withProp(props, audit.PropRule, c.policy.Spec.AuditAnnotations[index].ValueExpression))))
 	}
@@ -341,14 +369,16 @@ func (e *evaluation) decide(b *boundBinding, v validating.ValidateResult, props 
 	return results
 }
 
-// secretMessageSkip says why a Secret's result carries the static message rather than the messageExpression's.
-const secretMessageSkip = "not evaluated for Secrets: its output could disclose secret data; the message is the one the API server falls back to"
+// secretMessageSkip says why a result carries the static message rather than the messageExpression's, for a
+// Secret (or with Secret params).
+const secretMessageSkip = "not evaluated: it may read the data, stringData or annotations of a Secret, " +
+	"which its output could disclose; the message is the one the API server falls back to"
 
 // secret reports whether the evaluated object is a Secret: celaudit never copies what expressions compute
-// from a Secret's data (messageExpressions, audit annotation values) into a report.
+// from a Secret's data or annotations (messageExpressions, audit annotation values, error details) into a
+// report.
 func (e *evaluation) secret() bool {
-	gvk := e.obj.GroupVersionKind()
-	return gvk.Group == "" && gvk.Kind == "Secret"
+	return isSecret(e.obj.GroupVersionKind())
 }
 
 func (e *evaluation) result(rule string, verdict audit.Verdict, message string, props map[string]string) audit.Result {

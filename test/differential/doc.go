@@ -12,8 +12,9 @@
 // internal/vap against the live cluster's discovery, namespaces and params, and compared with the
 // apiserver's answer to a server-side dry-run create (or update) of the same object: denied exactly when the
 // audit predicts a denial, with the same denial text, reason and warnings. For Secrets the audit carries the
-// message the apiserver falls back to instead of a messageExpression's output, by design, and the test
-// checks exactly that fallback.
+// message the apiserver falls back to instead of the output of a messageExpression that may read the
+// Secret's data, stringData or annotations, by design, and the test checks exactly that fallback; other
+// messageExpressions are compared like any message.
 //
 // Fixture files say what the apiserver is expected to answer for each object, so a wrong fixture is caught
 // as well as a wrong audit.
