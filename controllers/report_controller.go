@@ -57,10 +57,15 @@ type ReportReconciler struct {
 	WritesInFlight int
 
 	mu         sync.Mutex
-	lastWrite  map[string]time.Time
-	dirtySince map[string]time.Time
-	expected   map[string]*expectation // by namespace: writes the cache has not shown yet
-	inFlight   chan struct{}           // one token per report write under way
+	namespaces map[string]*namespaceState // by namespace ("" for the cluster)
+	inFlight   chan struct{}              // one token per report write under way
+}
+
+// namespaceState is what the reconciler keeps about one namespace's report writes.
+type namespaceState struct {
+	lastWrite  time.Time    // zero: never written
+	dirtySince time.Time    // zero: nothing to write
+	expected   *expectation // the writes the cache has not shown yet; nil: none
 }
 
 // expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
@@ -101,7 +106,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
 		r.mu.Lock()
-		delete(r.dirtySince, req.Namespace)
+		r.state(req.Namespace).dirtySince = time.Time{}
 		r.mu.Unlock()
 		return ctrl.Result{}, nil
 	}
@@ -180,10 +185,7 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	// the cache's lag begins when they are done.
 	exp.since = r.Clock.Now()
 	r.mu.Lock()
-	if r.expected == nil {
-		r.expected = map[string]*expectation{}
-	}
-	r.expected[namespace] = exp
+	r.state(namespace).expected = exp
 	r.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("writing reports: %w", err)
@@ -232,14 +234,14 @@ func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) erro
 func (r *ReportReconciler) awaitingCache(namespace string, existing report.Reports) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	exp, ok := r.expected[namespace]
-	if !ok {
+	st := r.state(namespace)
+	if st.expected == nil {
 		return false
 	}
-	if r.Clock.Since(exp.since) < r.MaxHold && !cacheShows(existing, exp.reports) {
+	if r.Clock.Since(st.expected.since) < r.MaxHold && !cacheShows(existing, st.expected.reports) {
 		return true
 	}
-	delete(r.expected, namespace)
+	st.expected = nil
 	return false
 }
 
@@ -283,17 +285,14 @@ func notOlder(got, want string) bool {
 func (r *ReportReconciler) delay(namespace string) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.dirtySince == nil {
-		r.dirtySince = map[string]time.Time{}
+	st := r.state(namespace)
+	if st.dirtySince.IsZero() {
+		st.dirtySince = r.Clock.Now()
 	}
-	if _, ok := r.dirtySince[namespace]; !ok {
-		r.dirtySince[namespace] = r.Clock.Now()
-	}
-	last, ok := r.lastWrite[namespace]
-	if !ok {
+	if st.lastWrite.IsZero() {
 		return 0
 	}
-	return r.Coalesce - r.Clock.Since(last)
+	return r.Coalesce - r.Clock.Since(st.lastWrite)
 }
 
 // hold reports whether the write of namespace's reports should wait for a rescan to finish.
@@ -303,18 +302,29 @@ func (r *ReportReconciler) hold(namespace string) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	since, ok := r.dirtySince[namespace]
-	return ok && r.Clock.Since(since) < r.MaxHold
+	since := r.state(namespace).dirtySince
+	return !since.IsZero() && r.Clock.Since(since) < r.MaxHold
 }
 
 func (r *ReportReconciler) wrote(namespace string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.lastWrite == nil {
-		r.lastWrite = map[string]time.Time{}
+	st := r.state(namespace)
+	st.lastWrite = r.Clock.Now()
+	st.dirtySince = time.Time{}
+}
+
+// state returns what is kept about namespace, created empty on first use. The caller holds r.mu.
+func (r *ReportReconciler) state(namespace string) *namespaceState {
+	st, ok := r.namespaces[namespace]
+	if !ok {
+		if r.namespaces == nil {
+			r.namespaces = map[string]*namespaceState{}
+		}
+		st = &namespaceState{}
+		r.namespaces[namespace] = st
 	}
-	r.lastWrite[namespace] = r.Clock.Now()
-	delete(r.dirtySince, namespace)
+	return st
 }
 
 func (r *ReportReconciler) count(op string, n int) {

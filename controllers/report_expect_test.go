@@ -59,8 +59,8 @@ func TestAwaitingCache(t *testing.T) {
 	fresh := report.Reports{PolicyReports: []v1alpha2.PolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}}}}
 	newReconciler := func() (*ReportReconciler, *clocktesting.FakeClock) {
 		clock := clocktesting.NewFakeClock(start)
-		return &ReportReconciler{Clock: clock, MaxHold: 10 * time.Second, expected: map[string]*expectation{
-			"ns": {since: start, reports: map[string]string{"a": "5"}},
+		return &ReportReconciler{Clock: clock, MaxHold: 10 * time.Second, namespaces: map[string]*namespaceState{
+			"ns": {expected: &expectation{since: start, reports: map[string]string{"a": "5"}}},
 		}}, clock
 	}
 
@@ -79,7 +79,7 @@ func TestAwaitingCache(t *testing.T) {
 	if r.awaitingCache("ns", stale) {
 		t.Fatal("the write is still awaited after MaxHold")
 	}
-	if _, ok := r.expected["ns"]; ok {
+	if r.namespaces["ns"].expected != nil {
 		t.Fatal("the expectation outlived MaxHold")
 	}
 
@@ -87,7 +87,7 @@ func TestAwaitingCache(t *testing.T) {
 	if r.awaitingCache("ns", fresh) {
 		t.Fatal("the cache shows the write, yet it is awaited")
 	}
-	if _, ok := r.expected["ns"]; ok {
+	if r.namespaces["ns"].expected != nil {
 		t.Fatal("the expectation outlived the cache showing it")
 	}
 }
@@ -99,7 +99,7 @@ func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, c
 		r.inFlight = make(chan struct{}, 2)
 	}
 	err := r.apply(ctx, namespace, changes)
-	return maps.Clone(r.expected[namespace].reports), err
+	return maps.Clone(r.namespaces[namespace].expected.reports), err
 }
 
 // AwaitingCacheForTest reports whether a reconcile of namespace would wait for the cache to show its last
