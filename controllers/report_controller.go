@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/clock"
@@ -86,6 +87,14 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if !r.Ready() {
 		return ctrl.Result{RequeueAfter: readyPoll}, nil
 	}
+	deleting, err := r.namespaceDeleting(ctx, req.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if deleting {
+		r.leave(ctx, req.Namespace)
+		return ctrl.Result{}, nil
+	}
 	if wait := r.delay(req.Namespace); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
 	}
@@ -105,24 +114,55 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
-		r.mu.Lock()
-		r.state(req.Namespace).dirtySince = time.Time{}
-		r.mu.Unlock()
+		r.upToDate(req.Namespace)
 		return ctrl.Result{}, nil
 	}
 	r.wrote(req.Namespace)
-	if err := r.apply(ctx, req.Namespace, changes); err != nil {
-		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-			// The cache has not seen our last write yet: try again once it has.
-			return ctrl.Result{RequeueAfter: r.Coalesce}, nil
-		}
-		return ctrl.Result{}, err
+	if refused, err := r.apply(ctx, req.Namespace, changes); err != nil {
+		return r.writeFailed(ctx, req.Namespace, refused, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
 		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
 		"deleted", len(changes.PolicyReports.Delete)+len(changes.ClusterPolicyReports.Delete))
 	return ctrl.Result{}, nil
+}
+
+// writeFailed decides what follows writes of namespace's reports that failed with err.
+func (r *ReportReconciler) writeFailed(ctx context.Context, namespace string, refused refusals, err error) (ctrl.Result, error) {
+	switch {
+	case refused.terminating: // the cache has yet to show the namespace's deletion
+		r.leave(ctx, namespace)
+		return ctrl.Result{}, nil
+	case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
+		// The cache has not seen our last write yet: try again once it has.
+		return ctrl.Result{RequeueAfter: r.Coalesce}, nil
+	}
+	return ctrl.Result{}, err
+}
+
+// namespaceDeleting reports whether namespace is being deleted, as the cache shows it. A namespace the cache
+// does not show is not taken as deleted: it may be new, and writing its reports is what tells.
+func (r *ReportReconciler) namespaceDeleting(ctx context.Context, namespace string) (bool, error) {
+	if namespace == "" {
+		return false, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("getting namespace %s: %w", namespace, err)
+	}
+	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating, nil
+}
+
+// leave leaves the reports of namespace, which is being deleted, to go with it: the API server refuses to
+// create any there, and the namespace's deletion removes those it holds. Nothing is retried, and what was
+// kept about the namespace is forgotten: one created later under its name starts afresh.
+func (r *ReportReconciler) leave(ctx context.Context, namespace string) {
+	r.forget(namespace)
+	ctrl.LoggerFrom(ctx).V(1).Info("Namespace is being deleted: its reports are left to go with it")
 }
 
 // existing returns the reports celaudit wrote in namespace, as the cache holds them: they are not copied
@@ -147,17 +187,32 @@ func (r *ReportReconciler) existing(ctx context.Context, namespace string) (repo
 	return out, nil
 }
 
-func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report.Changes) error {
+// refusals are the writes of apply the API server refused for a reason the reconciler acts on.
+type refusals struct {
+	// terminating is set when a write was refused because the namespace is being deleted.
+	terminating bool
+}
+
+// apply writes c, the changes to namespace's reports, and records what the cache is then expected to show.
+func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report.Changes) (refusals, error) {
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
 	// Each write that succeeds is expected in the cache before the namespace is built again: at the
 	// resourceVersion it returned, or gone.
 	exp := &expectation{reports: map[string]string{}}
-	var expMu sync.Mutex
+	var (
+		refused refusals
+		expMu   sync.Mutex
+	)
 	expecting := func(write func(client.Object) error, deletes bool) func(client.Object) error {
 		return func(o client.Object) error {
 			if err := write(o); err != nil {
+				if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+					expMu.Lock()
+					refused.terminating = true
+					expMu.Unlock()
+				}
 				return err
 			}
 			rv := o.GetResourceVersion()
@@ -188,9 +243,9 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	r.state(namespace).expected = exp
 	r.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("writing reports: %w", err)
+		return refused, fmt.Errorf("writing reports: %w", err)
 	}
-	return nil
+	return refused, nil
 }
 
 // appendWrites appends op on each of objs to writes.
@@ -312,6 +367,20 @@ func (r *ReportReconciler) wrote(namespace string) {
 	st := r.state(namespace)
 	st.lastWrite = r.Clock.Now()
 	st.dirtySince = time.Time{}
+}
+
+// upToDate records that namespace's reports hold its results.
+func (r *ReportReconciler) upToDate(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state(namespace).dirtySince = time.Time{}
+}
+
+// forget drops what is kept about namespace.
+func (r *ReportReconciler) forget(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.namespaces, namespace)
 }
 
 // state returns what is kept about namespace, created empty on first use. The caller holds r.mu.

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/report"
@@ -98,8 +99,16 @@ func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, c
 	if r.inFlight == nil {
 		r.inFlight = make(chan struct{}, 2)
 	}
-	err := r.apply(ctx, namespace, changes)
+	_, err := r.apply(ctx, namespace, changes)
 	return maps.Clone(r.namespaces[namespace].expected.reports), err
+}
+
+// ReconcileForTest reconciles namespace's reports once, as the controller does.
+func (r *ReportReconciler) ReconcileForTest(ctx context.Context, namespace string) (ctrl.Result, error) {
+	if r.inFlight == nil {
+		r.inFlight = make(chan struct{}, 2)
+	}
+	return r.Reconcile(ctx, reportRequest(namespace))
 }
 
 // AwaitingCacheForTest reports whether a reconcile of namespace would wait for the cache to show its last
