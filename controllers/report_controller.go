@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -34,7 +35,11 @@ type ResultSource interface {
 // ReportReconciler keeps the PolicyReports of one namespace (or the ClusterPolicyReports) equal to the
 // current results, writing only reports whose content changed.
 type ReportReconciler struct {
-	Client  client.Client
+	Client client.Client
+	// APIReader reads from the API server what the cache does not hold: reports celaudit does not own.
+	APIReader client.Reader
+	// Events records Events where users look, such as on a report that holds a name celaudit would use.
+	Events  EventRecorder
 	Results ResultSource
 	// Ready reports whether the results reflect the whole cluster; until then nothing is written, so a
 	// restart never publishes a partial report.
@@ -67,6 +72,11 @@ type namespaceState struct {
 	lastWrite  time.Time    // zero: never written
 	dirtySince time.Time    // zero: nothing to write
 	expected   *expectation // the writes the cache has not shown yet; nil: none
+	// taken holds the report names found held by reports celaudit does not own.
+	taken sets.Set[string]
+	// conflictSince is when writes began to be refused as conflicting with the reports the API server holds;
+	// zero: the last writes were not.
+	conflictSince time.Time
 }
 
 // expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
@@ -81,6 +91,7 @@ type expectation struct {
 const readyPoll = 100 * time.Millisecond
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile rebuilds the reports of one namespace from the current results and writes the difference.
 func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
@@ -108,9 +119,11 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if r.awaitingCache(req.Namespace, existing) {
 		return ctrl.Result{RequeueAfter: readyPoll}, nil
 	}
+	taken := report.TakenNames(existing, r.takenIn(req.Namespace))
 	results, passes := r.Results.NamespaceCounted(req.Namespace)
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
+	opts.Taken = taken
 	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
@@ -119,7 +132,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	}
 	r.wrote(req.Namespace)
 	if refused, err := r.apply(ctx, req.Namespace, changes); err != nil {
-		return r.writeFailed(ctx, req.Namespace, refused, err)
+		return r.writeFailed(ctx, req.Namespace, taken[req.Namespace], refused, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
@@ -128,15 +141,15 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	return ctrl.Result{}, nil
 }
 
-// writeFailed decides what follows writes of namespace's reports that failed with err.
-func (r *ReportReconciler) writeFailed(ctx context.Context, namespace string, refused refusals, err error) (ctrl.Result, error) {
+// writeFailed decides what follows writes of namespace's reports that failed with err; taken holds the names
+// they avoided.
+func (r *ReportReconciler) writeFailed(ctx context.Context, namespace string, taken sets.Set[string], refused refusals, err error) (ctrl.Result, error) {
 	switch {
 	case refused.terminating: // the cache has yet to show the namespace's deletion
 		r.leave(ctx, namespace)
 		return ctrl.Result{}, nil
-	case apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err):
-		// The cache has not seen our last write yet: try again once it has.
-		return ctrl.Result{RequeueAfter: r.Coalesce}, nil
+	case len(refused.existed) > 0 || apierrors.IsConflict(err):
+		return r.conflicted(ctx, namespace, taken, refused.existed, err)
 	}
 	return ctrl.Result{}, err
 }
@@ -191,6 +204,8 @@ func (r *ReportReconciler) existing(ctx context.Context, namespace string) (repo
 type refusals struct {
 	// terminating is set when a write was refused because the namespace is being deleted.
 	terminating bool
+	// existed holds the reports whose creation was refused because the name is in use.
+	existed []client.Object
 }
 
 // apply writes c, the changes to namespace's reports, and records what the cache is then expected to show.
@@ -225,7 +240,15 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 			return nil
 		}
 	}
-	create := expecting(func(o client.Object) error { return r.Client.Create(ctx, o) }, false)
+	create := expecting(func(o client.Object) error {
+		err := r.Client.Create(ctx, o)
+		if apierrors.IsAlreadyExists(err) {
+			expMu.Lock()
+			refused.existed = append(refused.existed, o)
+			expMu.Unlock()
+		}
+		return err
+	}, false)
 	update := expecting(func(o client.Object) error { return r.Client.Update(ctx, o) }, false)
 	remove := expecting(func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }, true)
 	var writes []func() error
@@ -240,7 +263,11 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	// the cache's lag begins when they are done.
 	exp.since = r.Clock.Now()
 	r.mu.Lock()
-	r.state(namespace).expected = exp
+	st := r.state(namespace)
+	st.expected = exp
+	if err == nil {
+		st.conflictSince = time.Time{}
+	}
 	r.mu.Unlock()
 	if err != nil {
 		return refused, fmt.Errorf("writing reports: %w", err)
@@ -373,7 +400,9 @@ func (r *ReportReconciler) wrote(namespace string) {
 func (r *ReportReconciler) upToDate(namespace string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.state(namespace).dirtySince = time.Time{}
+	st := r.state(namespace)
+	st.dirtySince = time.Time{}
+	st.conflictSince = time.Time{}
 }
 
 // forget drops what is kept about namespace.
@@ -405,8 +434,8 @@ func (r *ReportReconciler) count(op string, n int) {
 // SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes
 // to celaudit's own reports, so a report edited or deleted by hand is restored.
 func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
-		return fmt.Errorf("ReportReconciler needs Client, Results, Ready and Notifier")
+	if r.Client == nil || r.APIReader == nil || r.Events == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
+		return fmt.Errorf("ReportReconciler needs Client, APIReader, Events, Results, Ready and Notifier")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
