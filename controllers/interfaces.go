@@ -1,6 +1,9 @@
 package controllers
 
 import (
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/recorder"
+
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/scan"
 )
@@ -14,3 +17,11 @@ type PolicyRegistry interface {
 }
 
 var _ PolicyRegistry = &scan.Engine{}
+
+// EventRecorder records Events (events.k8s.io/v1) about objects: regarding is the object the Event is about,
+// related an optional second one.
+type EventRecorder interface {
+	Eventf(regarding, related k8sruntime.Object, eventtype, reason, action, note string, args ...any)
+}
+
+var _ EventRecorder = recorder.EventRecorder(nil)

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -33,7 +35,11 @@ type ResultSource interface {
 // ReportReconciler keeps the PolicyReports of one namespace (or the ClusterPolicyReports) equal to the
 // current results, writing only reports whose content changed.
 type ReportReconciler struct {
-	Client  client.Client
+	Client client.Client
+	// APIReader reads from the API server what the cache does not hold: reports celaudit does not own.
+	APIReader client.Reader
+	// Events records Events where users look, such as on a report that holds a name celaudit would use.
+	Events  EventRecorder
 	Results ResultSource
 	// Ready reports whether the results reflect the whole cluster; until then nothing is written, so a
 	// restart never publishes a partial report.
@@ -57,10 +63,20 @@ type ReportReconciler struct {
 	WritesInFlight int
 
 	mu         sync.Mutex
-	lastWrite  map[string]time.Time
-	dirtySince map[string]time.Time
-	expected   map[string]*expectation // by namespace: writes the cache has not shown yet
-	inFlight   chan struct{}           // one token per report write under way
+	namespaces map[string]*namespaceState // by namespace ("" for the cluster)
+	inFlight   chan struct{}              // one token per report write under way
+}
+
+// namespaceState is what the reconciler keeps about one namespace's report writes.
+type namespaceState struct {
+	lastWrite  time.Time    // zero: never written
+	dirtySince time.Time    // zero: nothing to write
+	expected   *expectation // the writes the cache has not shown yet; nil: none
+	// taken holds the report names found held by reports celaudit does not own.
+	taken sets.Set[string]
+	// conflictSince is when writes began to be refused as conflicting with the reports the API server holds;
+	// zero: the last writes were not.
+	conflictSince time.Time
 }
 
 // expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
@@ -75,11 +91,20 @@ type expectation struct {
 const readyPoll = 100 * time.Millisecond
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile rebuilds the reports of one namespace from the current results and writes the difference.
 func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	if !r.Ready() {
 		return ctrl.Result{RequeueAfter: readyPoll}, nil
+	}
+	deleting, err := r.namespaceDeleting(ctx, req.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if deleting {
+		r.leave(ctx, req.Namespace)
+		return ctrl.Result{}, nil
 	}
 	if wait := r.delay(req.Namespace); wait > 0 {
 		return ctrl.Result{RequeueAfter: wait}, nil
@@ -94,30 +119,63 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if r.awaitingCache(req.Namespace, existing) {
 		return ctrl.Result{RequeueAfter: readyPoll}, nil
 	}
+	taken := report.TakenNames(existing, r.takenIn(req.Namespace))
 	results, passes := r.Results.NamespaceCounted(req.Namespace)
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
+	opts.Taken = taken
 	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
-		r.mu.Lock()
-		delete(r.dirtySince, req.Namespace)
-		r.mu.Unlock()
+		r.upToDate(req.Namespace)
 		return ctrl.Result{}, nil
 	}
 	r.wrote(req.Namespace)
-	if err := r.apply(ctx, req.Namespace, changes); err != nil {
-		if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
-			// The cache has not seen our last write yet: try again once it has.
-			return ctrl.Result{RequeueAfter: r.Coalesce}, nil
-		}
-		return ctrl.Result{}, err
+	if refused, err := r.apply(ctx, req.Namespace, changes); err != nil {
+		return r.writeFailed(ctx, req.Namespace, taken[req.Namespace], refused, err)
 	}
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
 		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
 		"deleted", len(changes.PolicyReports.Delete)+len(changes.ClusterPolicyReports.Delete))
 	return ctrl.Result{}, nil
+}
+
+// writeFailed decides what follows writes of namespace's reports that failed with err; taken holds the names
+// they avoided.
+func (r *ReportReconciler) writeFailed(ctx context.Context, namespace string, taken sets.Set[string], refused refusals, err error) (ctrl.Result, error) {
+	switch {
+	case refused.terminating: // the cache has yet to show the namespace's deletion
+		r.leave(ctx, namespace)
+		return ctrl.Result{}, nil
+	case len(refused.existed) > 0 || apierrors.IsConflict(err):
+		return r.conflicted(ctx, namespace, taken, refused.existed, err)
+	}
+	return ctrl.Result{}, err
+}
+
+// namespaceDeleting reports whether namespace is being deleted, as the cache shows it. A namespace the cache
+// does not show is not taken as deleted: it may be new, and writing its reports is what tells.
+func (r *ReportReconciler) namespaceDeleting(ctx context.Context, namespace string) (bool, error) {
+	if namespace == "" {
+		return false, nil
+	}
+	ns := &corev1.Namespace{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: namespace}, ns); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("getting namespace %s: %w", namespace, err)
+	}
+	return ns.DeletionTimestamp != nil || ns.Status.Phase == corev1.NamespaceTerminating, nil
+}
+
+// leave leaves the reports of namespace, which is being deleted, to go with it: the API server refuses to
+// create any there, and the namespace's deletion removes those it holds. Nothing is retried, and what was
+// kept about the namespace is forgotten: one created later under its name starts afresh.
+func (r *ReportReconciler) leave(ctx context.Context, namespace string) {
+	r.forget(namespace)
+	ctrl.LoggerFrom(ctx).V(1).Info("Namespace is being deleted: its reports are left to go with it")
 }
 
 // existing returns the reports celaudit wrote in namespace, as the cache holds them: they are not copied
@@ -142,17 +200,34 @@ func (r *ReportReconciler) existing(ctx context.Context, namespace string) (repo
 	return out, nil
 }
 
-func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report.Changes) error {
+// refusals are the writes of apply the API server refused for a reason the reconciler acts on.
+type refusals struct {
+	// terminating is set when a write was refused because the namespace is being deleted.
+	terminating bool
+	// existed holds the reports whose creation was refused because the name is in use.
+	existed []client.Object
+}
+
+// apply writes c, the changes to namespace's reports, and records what the cache is then expected to show.
+func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report.Changes) (refusals, error) {
 	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
 	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
 	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
 	// Each write that succeeds is expected in the cache before the namespace is built again: at the
 	// resourceVersion it returned, or gone.
 	exp := &expectation{reports: map[string]string{}}
-	var expMu sync.Mutex
+	var (
+		refused refusals
+		expMu   sync.Mutex
+	)
 	expecting := func(write func(client.Object) error, deletes bool) func(client.Object) error {
 		return func(o client.Object) error {
 			if err := write(o); err != nil {
+				if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+					expMu.Lock()
+					refused.terminating = true
+					expMu.Unlock()
+				}
 				return err
 			}
 			rv := o.GetResourceVersion()
@@ -165,7 +240,15 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 			return nil
 		}
 	}
-	create := expecting(func(o client.Object) error { return r.Client.Create(ctx, o) }, false)
+	create := expecting(func(o client.Object) error {
+		err := r.Client.Create(ctx, o)
+		if apierrors.IsAlreadyExists(err) {
+			expMu.Lock()
+			refused.existed = append(refused.existed, o)
+			expMu.Unlock()
+		}
+		return err
+	}, false)
 	update := expecting(func(o client.Object) error { return r.Client.Update(ctx, o) }, false)
 	remove := expecting(func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }, true)
 	var writes []func() error
@@ -180,15 +263,16 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	// the cache's lag begins when they are done.
 	exp.since = r.Clock.Now()
 	r.mu.Lock()
-	if r.expected == nil {
-		r.expected = map[string]*expectation{}
+	st := r.state(namespace)
+	st.expected = exp
+	if err == nil {
+		st.conflictSince = time.Time{}
 	}
-	r.expected[namespace] = exp
 	r.mu.Unlock()
 	if err != nil {
-		return fmt.Errorf("writing reports: %w", err)
+		return refused, fmt.Errorf("writing reports: %w", err)
 	}
-	return nil
+	return refused, nil
 }
 
 // appendWrites appends op on each of objs to writes.
@@ -232,14 +316,14 @@ func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) erro
 func (r *ReportReconciler) awaitingCache(namespace string, existing report.Reports) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	exp, ok := r.expected[namespace]
-	if !ok {
+	st := r.state(namespace)
+	if st.expected == nil {
 		return false
 	}
-	if r.Clock.Since(exp.since) < r.MaxHold && !cacheShows(existing, exp.reports) {
+	if r.Clock.Since(st.expected.since) < r.MaxHold && !cacheShows(existing, st.expected.reports) {
 		return true
 	}
-	delete(r.expected, namespace)
+	st.expected = nil
 	return false
 }
 
@@ -283,17 +367,14 @@ func notOlder(got, want string) bool {
 func (r *ReportReconciler) delay(namespace string) time.Duration {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.dirtySince == nil {
-		r.dirtySince = map[string]time.Time{}
+	st := r.state(namespace)
+	if st.dirtySince.IsZero() {
+		st.dirtySince = r.Clock.Now()
 	}
-	if _, ok := r.dirtySince[namespace]; !ok {
-		r.dirtySince[namespace] = r.Clock.Now()
-	}
-	last, ok := r.lastWrite[namespace]
-	if !ok {
+	if st.lastWrite.IsZero() {
 		return 0
 	}
-	return r.Coalesce - r.Clock.Since(last)
+	return r.Coalesce - r.Clock.Since(st.lastWrite)
 }
 
 // hold reports whether the write of namespace's reports should wait for a rescan to finish.
@@ -303,18 +384,45 @@ func (r *ReportReconciler) hold(namespace string) bool {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	since, ok := r.dirtySince[namespace]
-	return ok && r.Clock.Since(since) < r.MaxHold
+	since := r.state(namespace).dirtySince
+	return !since.IsZero() && r.Clock.Since(since) < r.MaxHold
 }
 
 func (r *ReportReconciler) wrote(namespace string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.lastWrite == nil {
-		r.lastWrite = map[string]time.Time{}
+	st := r.state(namespace)
+	st.lastWrite = r.Clock.Now()
+	st.dirtySince = time.Time{}
+}
+
+// upToDate records that namespace's reports hold its results.
+func (r *ReportReconciler) upToDate(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(namespace)
+	st.dirtySince = time.Time{}
+	st.conflictSince = time.Time{}
+}
+
+// forget drops what is kept about namespace.
+func (r *ReportReconciler) forget(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.namespaces, namespace)
+}
+
+// state returns what is kept about namespace, created empty on first use. The caller holds r.mu.
+func (r *ReportReconciler) state(namespace string) *namespaceState {
+	st, ok := r.namespaces[namespace]
+	if !ok {
+		if r.namespaces == nil {
+			r.namespaces = map[string]*namespaceState{}
+		}
+		st = &namespaceState{}
+		r.namespaces[namespace] = st
 	}
-	r.lastWrite[namespace] = r.Clock.Now()
-	delete(r.dirtySince, namespace)
+	return st
 }
 
 func (r *ReportReconciler) count(op string, n int) {
@@ -326,8 +434,8 @@ func (r *ReportReconciler) count(op string, n int) {
 // SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes
 // to celaudit's own reports, so a report edited or deleted by hand is restored.
 func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
-		return fmt.Errorf("ReportReconciler needs Client, Results, Ready and Notifier")
+	if r.Client == nil || r.APIReader == nil || r.Events == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
+		return fmt.Errorf("ReportReconciler needs Client, APIReader, Events, Results, Ready and Notifier")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clocktesting "k8s.io/utils/clock/testing"
+	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/report"
@@ -59,8 +60,8 @@ func TestAwaitingCache(t *testing.T) {
 	fresh := report.Reports{PolicyReports: []v1alpha2.PolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}}}}
 	newReconciler := func() (*ReportReconciler, *clocktesting.FakeClock) {
 		clock := clocktesting.NewFakeClock(start)
-		return &ReportReconciler{Clock: clock, MaxHold: 10 * time.Second, expected: map[string]*expectation{
-			"ns": {since: start, reports: map[string]string{"a": "5"}},
+		return &ReportReconciler{Clock: clock, MaxHold: 10 * time.Second, namespaces: map[string]*namespaceState{
+			"ns": {expected: &expectation{since: start, reports: map[string]string{"a": "5"}}},
 		}}, clock
 	}
 
@@ -79,7 +80,7 @@ func TestAwaitingCache(t *testing.T) {
 	if r.awaitingCache("ns", stale) {
 		t.Fatal("the write is still awaited after MaxHold")
 	}
-	if _, ok := r.expected["ns"]; ok {
+	if r.namespaces["ns"].expected != nil {
 		t.Fatal("the expectation outlived MaxHold")
 	}
 
@@ -87,7 +88,7 @@ func TestAwaitingCache(t *testing.T) {
 	if r.awaitingCache("ns", fresh) {
 		t.Fatal("the cache shows the write, yet it is awaited")
 	}
-	if _, ok := r.expected["ns"]; ok {
+	if r.namespaces["ns"].expected != nil {
 		t.Fatal("the expectation outlived the cache showing it")
 	}
 }
@@ -98,8 +99,16 @@ func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, c
 	if r.inFlight == nil {
 		r.inFlight = make(chan struct{}, 2)
 	}
-	err := r.apply(ctx, namespace, changes)
-	return maps.Clone(r.expected[namespace].reports), err
+	_, err := r.apply(ctx, namespace, changes)
+	return maps.Clone(r.namespaces[namespace].expected.reports), err
+}
+
+// ReconcileForTest reconciles namespace's reports once, as the controller does.
+func (r *ReportReconciler) ReconcileForTest(ctx context.Context, namespace string) (ctrl.Result, error) {
+	if r.inFlight == nil {
+		r.inFlight = make(chan struct{}, 2)
+	}
+	return r.Reconcile(ctx, reportRequest(namespace))
 }
 
 // AwaitingCacheForTest reports whether a reconcile of namespace would wait for the cache to show its last

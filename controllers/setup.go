@@ -301,6 +301,8 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	_ = metrics.Registry.Register(newResultCollector(store))
 	if err := (&ReportReconciler{
 		Client:     mgr.GetClient(),
+		APIReader:  mgr.GetAPIReader(),
+		Events:     mgr.GetEventRecorder("celaudit"),
 		Results:    store,
 		Ready:      firstAuditDone,
 		Notifier:   notifier,

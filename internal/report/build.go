@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -56,6 +57,9 @@ type Options struct {
 	// MaxMessageBytes bounds a result's message; longer messages are cut and end with TruncationMarker.
 	// 0 means DefaultMaxMessageBytes; negative means no limit.
 	MaxMessageBytes int
+	// Taken holds, by namespace ("" for the cluster), the report names that chunks must not take (see
+	// TakenNames): a chunk whose name is taken is named the first free alternative of it (see FreeChunkName).
+	Taken map[string]sets.Set[string]
 }
 
 // Reports is a set of reports: the desired ones Build returns, or the existing ones read from the cluster.
@@ -156,7 +160,8 @@ type entry struct {
 
 // Build returns the reports that publish results: one PolicyReport per namespace holding namespaced
 // objects and one ClusterPolicyReport for cluster-scoped objects, each split into chunks named
-// ChunkName(i) so that none grows past the size limits of opts (see chunk).
+// ChunkName(i) so that none grows past the size limits of opts (see chunk), or an alternative of that name
+// when opts.Taken holds it.
 //
 // previous maps the result IDs already published to their timestamps (see PreviousTimestamps): a result
 // keeps the timestamp of when it last changed, and results not published before are stamped with now,
@@ -240,17 +245,18 @@ func build(results []audit.Result, passes CountedPasses, previous map[string]met
 				continue
 			}
 			summary, listed := c.contents()
+			name := FreeChunkName(i, opts.Taken[ns])
 			if ns == "" {
 				out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
 					TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
-					ObjectMeta: metav1.ObjectMeta{Name: ChunkName(i), Labels: managedLabels()},
+					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedLabels()},
 					Summary:    summary,
 					Results:    listed,
 				})
 			} else {
 				out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
 					TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
-					ObjectMeta: metav1.ObjectMeta{Name: ChunkName(i), Namespace: ns, Labels: managedLabels()},
+					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels()},
 					Summary:    summary,
 					Results:    listed,
 				})

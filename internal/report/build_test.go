@@ -486,7 +486,7 @@ func TestBuildChunks(t *testing.T) {
 			}
 			last := -1
 			for _, rep := range got.PolicyReports {
-				i, ok := chunkIndex(rep.Name)
+				i, ok := ChunkIndex(rep.Name)
 				if !ok {
 					t.Fatalf("report %q is not named as a chunk", rep.Name)
 				}
@@ -723,10 +723,11 @@ func TestChunkCounts(t *testing.T) {
 		PolicyReports: []v1alpha2.PolicyReport{
 			managed("a", "celaudit"), managed("a", "celaudit-5"), managed("b", "celaudit"),
 			managed("c", "celaudit-x"), {ObjectMeta: metav1.ObjectMeta{Namespace: "d", Name: "celaudit-9"}},
+			managed("e", "celaudit.1"), managed("e", "celaudit-2.1"),
 		},
 		ClusterPolicyReports: []v1alpha2.ClusterPolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "celaudit-2", Labels: managedLabels()}}},
 	})
-	want := map[string]int{"a": 8, "b": 1, "": 4}
+	want := map[string]int{"a": 8, "b": 1, "e": 4, "": 4}
 	if !maps.Equal(got, want) {
 		t.Errorf("ChunkCounts = %v, want %v", got, want)
 	}

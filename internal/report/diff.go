@@ -42,8 +42,9 @@ func (c ObjectChanges[T]) empty() bool {
 // returns what to create, update and delete. An existing report is updated only when its labels, scope,
 // scope selector, summary or results differ semantically from the desired ones, so an unchanged audit
 // writes nothing; reports compacted by ForCache are compared by their content digest. Existing reports not
-// owned by celaudit are never deleted; one that bears a desired name (a celaudit report whose label was
-// removed) is taken over by the update.
+// owned by celaudit (a report of another tool, or one whose label someone removed) are never updated or
+// deleted: a desired report whose name one of them holds is not written at all. Build avoids such names when
+// Options.Taken holds them (see TakenNames).
 //
 // Labels set by others on existing reports are kept; only celaudit's own labels are enforced.
 //
@@ -125,6 +126,9 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 		if !ok {
 			out.Create = append(out.Create, *want)
 			continue
+		}
+		if !IsManaged(ops.meta(have)) {
+			continue // not ours to write
 		}
 		labels := mergeLabels(ops.meta(have).Labels, ops.meta(want).Labels)
 		if equality.Semantic.DeepEqual(labels, ops.meta(have).Labels) && sameContent(ops.meta(have), ops.content(have), ops.content(want)) {

@@ -9,5 +9,7 @@
 // Reports are grouped per namespace (PolicyReport) and for cluster-scoped objects (ClusterPolicyReport),
 // and split into numbered chunks so that no report approaches the API server's object size limit or lists more
 // results than configured. Objects are assigned to chunks by the hash of their UID, so a change to one object
-// rewrites one chunk: the API server's cost of a write grows with the size of the object written.
+// rewrites one chunk: the API server's cost of a write grows with the size of the object written. A chunk
+// whose name a report celaudit does not own already holds is published under an alternative of that name
+// (celaudit.1 for celaudit, celaudit-3.1 for celaudit-3), and reports celaudit does not own are never written.
 package report

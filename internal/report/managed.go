@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
 )
 
 // The label that marks the reports celaudit owns. Diff only ever updates or deletes reports carrying it,
@@ -31,24 +32,60 @@ func ChunkName(index int) string {
 	return NamePrefix + "-" + strconv.Itoa(index)
 }
 
+// chunkName returns the name of chunk index, or, for alt > 0, its alt-th alternative: ChunkName(index)
+// followed by "." and alt. The names of chunks never hold a '.', so no alternative is another chunk's name.
+func chunkName(index, alt int) string {
+	if alt == 0 {
+		return ChunkName(index)
+	}
+	return ChunkName(index) + "." + strconv.Itoa(alt)
+}
+
+// FreeChunkName returns the name of chunk index given the names taken in its namespace: the first of
+// ChunkName(index), ChunkName(index)+".1", ChunkName(index)+".2", ... that is not taken.
+func FreeChunkName(index int, taken sets.Set[string]) string {
+	for alt := 0; ; alt++ {
+		if name := chunkName(index, alt); !taken.Has(name) {
+			return name
+		}
+	}
+}
+
 func managedLabels() map[string]string {
 	return map[string]string{ManagedByLabel: ManagedByValue}
 }
 
-// chunkIndex returns i for a report named ChunkName(i).
-func chunkIndex(name string) (int, bool) {
-	if name == NamePrefix {
-		return 0, true
+// ChunkIndex returns the index of the chunk a report named name holds: i for a name chunkName(i, alt).
+func ChunkIndex(name string) (int, bool) {
+	i, _, ok := parseChunkName(name)
+	return i, ok
+}
+
+// parseChunkName is the inverse of chunkName.
+func parseChunkName(name string) (index, alt int, ok bool) {
+	base, suffix, dotted := strings.Cut(name, ".")
+	if dotted {
+		a, err := strconv.Atoi(suffix)
+		if err != nil || a <= 0 {
+			return 0, 0, false
+		}
+		alt = a
 	}
-	rest, ok := strings.CutPrefix(name, NamePrefix+"-")
-	if !ok {
-		return 0, false
+	if base != NamePrefix {
+		rest, ok := strings.CutPrefix(base, NamePrefix+"-")
+		if !ok {
+			return 0, 0, false
+		}
+		i, err := strconv.Atoi(rest)
+		if err != nil || i <= 0 {
+			return 0, 0, false
+		}
+		index = i
 	}
-	i, err := strconv.Atoi(rest)
-	if err != nil || i <= 0 || ChunkName(i) != name {
-		return 0, false
+	if chunkName(index, alt) != name { // no sign, no leading zeros
+		return 0, 0, false
 	}
-	return i, true
+	return index, alt, true
 }
 
 // ChunkCounts returns, for each namespace ("" for the cluster) with managed reports in existing, the number
@@ -57,7 +94,7 @@ func chunkIndex(name string) (int, bool) {
 func ChunkCounts(existing Reports) map[string]int {
 	out := map[string]int{}
 	note := func(ns string, meta *metav1.ObjectMeta) {
-		i, ok := chunkIndex(meta.Name)
+		i, ok := ChunkIndex(meta.Name)
 		if !ok || !IsManaged(meta) {
 			return
 		}
@@ -66,6 +103,46 @@ func ChunkCounts(existing Reports) map[string]int {
 			k *= 2
 		}
 		out[ns] = max(out[ns], k)
+	}
+	for i := range existing.PolicyReports {
+		note(existing.PolicyReports[i].Namespace, &existing.PolicyReports[i].ObjectMeta)
+	}
+	for i := range existing.ClusterPolicyReports {
+		note("", &existing.ClusterPolicyReports[i].ObjectMeta)
+	}
+	return out
+}
+
+// TakenNames returns, by namespace ("" for the cluster), the names that chunks must not take (see
+// Options.Taken): those in foreign and those of the reports in existing that celaudit does not own (the
+// names held by others' reports), and, for each chunk that celaudit's reports in existing publish under an
+// alternative name, the names before that one. A chunk moves
+// to an alternative only once the names before it were found taken; reading that back from the reports keeps
+// a chunk's name across a restart, which forgets foreign, instead of trying the taken name again and deleting
+// the report under the alternative meanwhile.
+func TakenNames(existing Reports, foreign map[string]sets.Set[string]) map[string]sets.Set[string] {
+	out := make(map[string]sets.Set[string], len(foreign))
+	add := func(ns string, names ...string) {
+		if out[ns] == nil {
+			out[ns] = sets.New[string]()
+		}
+		out[ns].Insert(names...)
+	}
+	for ns, names := range foreign {
+		add(ns, names.UnsortedList()...)
+	}
+	note := func(ns string, meta *metav1.ObjectMeta) {
+		if !IsManaged(meta) {
+			add(ns, meta.Name)
+			return
+		}
+		i, alt, ok := parseChunkName(meta.Name)
+		if !ok {
+			return
+		}
+		for a := range alt {
+			add(ns, chunkName(i, a))
+		}
 	}
 	for i := range existing.PolicyReports {
 		note(existing.PolicyReports[i].Namespace, &existing.PolicyReports[i].ObjectMeta)
