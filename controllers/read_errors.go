@@ -8,7 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -19,8 +18,6 @@ const (
 	ReasonResourceReadable   = "ResourceReadable"
 )
 
-// +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
-
 // ReadErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
 // forbidden LIST, an aggregated API that is down), and again when it can: an error result in a report is
 // easy to miss, `kubectl describe` on the policy is where users look. The scan engine calls it once per change
@@ -28,7 +25,7 @@ const (
 type ReadErrorEvents struct {
 	// Reader reads the policy objects the events are about (the manager's cache holds them).
 	Reader   client.Reader
-	Recorder events.EventRecorder
+	Recorder EventRecorder
 }
 
 // ReadError implements scan.Options.OnReadError.

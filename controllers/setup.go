@@ -214,7 +214,8 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
 	}
 	resources := NewDiscovery(disc)
-	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: mgr.GetEventRecorder("celaudit")}
+	events := mgr.GetEventRecorder("celaudit")
+	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: events}
 	engine := scan.New(reader, store, log.WithName("scan"), scan.Options{
 		PageSize:    o.PageSize,
 		Workers:     o.Workers,
@@ -302,7 +303,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := (&ReportReconciler{
 		Client:     mgr.GetClient(),
 		APIReader:  mgr.GetAPIReader(),
-		Events:     mgr.GetEventRecorder("celaudit"),
+		Events:     events,
 		Results:    store,
 		Ready:      firstAuditDone,
 		Notifier:   notifier,
