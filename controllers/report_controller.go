@@ -11,12 +11,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -77,6 +80,10 @@ type namespaceState struct {
 	// conflictSince is when writes began to be refused as conflicting with the reports the API server holds;
 	// zero: the last writes were not.
 	conflictSince time.Time
+	// removed holds the result timestamps of the namespace's reports deleted since its last write, by result
+	// ID: a report deleted by hand is written again with the times its results last changed, not the time
+	// it is written again.
+	removed map[string]metav1.Timestamp
 }
 
 // expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
@@ -124,7 +131,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
 	opts.Taken = taken
-	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, report.PreviousTimestamps(existing), r.Clock.Now(), opts)
+	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, r.previousTimestamps(req.Namespace, existing), r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
 		r.upToDate(req.Namespace)
@@ -134,6 +141,7 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if refused, err := r.apply(ctx, req.Namespace, changes); err != nil {
 		return r.writeFailed(ctx, req.Namespace, taken[req.Namespace], refused, err)
 	}
+	r.published(req.Namespace)
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
 		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
@@ -405,6 +413,58 @@ func (r *ReportReconciler) upToDate(namespace string) {
 	st.conflictSince = time.Time{}
 }
 
+// reportDeleted keeps the result timestamps of a report of celaudit's that was deleted, until the namespace's
+// reports are written again.
+func (r *ReportReconciler) reportDeleted(o client.Object) {
+	var deleted report.Reports
+	switch o := o.(type) {
+	case *v1alpha2.PolicyReport:
+		deleted.PolicyReports = []v1alpha2.PolicyReport{*o}
+	case *v1alpha2.ClusterPolicyReport:
+		deleted.ClusterPolicyReports = []v1alpha2.ClusterPolicyReport{*o}
+	default:
+		return
+	}
+	timestamps := report.PreviousTimestamps(deleted)
+	if len(timestamps) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	st := r.state(o.GetNamespace())
+	if st.removed == nil {
+		st.removed = timestamps
+		return
+	}
+	for id, ts := range timestamps {
+		if _, ok := st.removed[id]; !ok {
+			st.removed[id] = ts
+		}
+	}
+}
+
+// previousTimestamps returns the timestamps of the results the namespace's reports hold, and of those its
+// reports deleted since the last write held.
+func (r *ReportReconciler) previousTimestamps(namespace string, existing report.Reports) map[string]metav1.Timestamp {
+	previous := report.PreviousTimestamps(existing)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, ts := range r.state(namespace).removed {
+		if _, ok := previous[id]; !ok {
+			previous[id] = ts
+		}
+	}
+	return previous
+}
+
+// published records that namespace's reports were written: the timestamps of reports deleted before are
+// in them now, or belong to results that are gone.
+func (r *ReportReconciler) published(namespace string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.state(namespace).removed = nil
+}
+
 // forget drops what is kept about namespace.
 func (r *ReportReconciler) forget(namespace string) {
 	r.mu.Lock()
@@ -450,9 +510,24 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 		r.WritesInFlight = 32
 	}
 	r.inFlight = make(chan struct{}, r.WritesInFlight)
-	toNamespace := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
-		return []reconcile.Request{reportRequest(o.GetNamespace())}
-	})
+	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+		q.Add(reportRequest(o.GetNamespace()))
+	}
+	toNamespace := handler.Funcs{
+		CreateFunc: func(_ context.Context, e event.CreateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+		UpdateFunc: func(_ context.Context, e event.UpdateEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.ObjectNew, q)
+		},
+		DeleteFunc: func(_ context.Context, e event.DeleteEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			r.reportDeleted(e.Object)
+			enqueue(e.Object, q)
+		},
+		GenericFunc: func(_ context.Context, e event.GenericEvent, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+			enqueue(e.Object, q)
+		},
+	}
 	managed := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return report.IsManaged(o) }))
 	b := ctrl.NewControllerManagedBy(mgr).
 		Named("policyreport").

@@ -259,3 +259,61 @@ func finalizeNamespace(t *testing.T, name string) {
 		t.Fatalf("finalizing namespace %s: %v", name, err)
 	}
 }
+
+// TestDeletedReportKeepsTimestamps deletes a report by hand: it is written again with the times its results
+// last changed, not the time it is written again.
+func TestDeletedReportKeepsTimestamps(t *testing.T) {
+	ctx := context.Background()
+	create(t,
+		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "stamps", Labels: map[string]string{"stamps-audit": "yes"}}},
+		configMap("stamps", "a", nil),
+		configMap("stamps", "b", nil),
+	)
+	op, _ := envtestutil.StartOperator(t, env.Config, envtestutil.TestOptions())
+	const msg = "config maps need data"
+	policy, binding := boundPolicy("stamps-data", "has(object.data)", msg, configMapRule(),
+		[]admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit},
+		&admissionregistrationv1.MatchResources{NamespaceSelector: nsSelector("stamps-audit")})
+	create(t, policy, binding)
+	deleteAfter(t, binding, policy)
+	envtestutil.WaitSettled(t, op)
+	expectReportContains(t, "stamps", "warn a: "+msg, "warn b: "+msg)
+
+	stamps := func() (map[string]metav1.Timestamp, error) {
+		list := &v1alpha2.PolicyReportList{}
+		if err := env.Client.List(ctx, list, client.InNamespace("stamps")); err != nil {
+			return nil, err
+		}
+		out := map[string]metav1.Timestamp{}
+		for _, r := range list.Items {
+			for _, res := range r.Results {
+				out[res.Resources[0].Name] = res.Timestamp
+			}
+		}
+		return out, nil
+	}
+	before, err := stamps()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Timestamps have a resolution of a second: a report written again at once could not tell them apart.
+	time.Sleep(1100 * time.Millisecond)
+	if err := env.Client.DeleteAllOf(ctx, &v1alpha2.PolicyReport{}, client.InNamespace("stamps")); err != nil {
+		t.Fatal(err)
+	}
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		after, err := stamps()
+		if err != nil {
+			return err
+		}
+		if len(after) != 2 {
+			return fmt.Errorf("results after the deletion: %v", after)
+		}
+		for name, ts := range before {
+			if after[name] != ts {
+				return fmt.Errorf("timestamp of %s: %v before the deletion, %v after", name, ts, after[name])
+			}
+		}
+		return nil
+	})
+}
