@@ -79,14 +79,21 @@ func clusterResults(ctx context.Context, prefix string) ([]string, error) {
 
 func expectClusterResults(t *testing.T, prefix string, want ...string) {
 	t.Helper()
-	slices.Sort(want)
+	expectStrings(t, "cluster results on "+prefix+"*", func(ctx context.Context) ([]string, error) { return clusterResults(ctx, prefix) }, want)
+}
+
+// expectStrings waits until get returns want, in any order.
+func expectStrings(t *testing.T, what string, get func(context.Context) ([]string, error), want []string) {
+	t.Helper()
+	want = slices.Sorted(slices.Values(want))
 	envtestutil.Eventually(t, 30*time.Second, func() error {
-		got, err := clusterResults(context.Background(), prefix)
+		got, err := get(context.Background())
 		if err != nil {
 			return err
 		}
+		got = slices.Sorted(slices.Values(got))
 		if !slices.Equal(got, want) {
-			return fmt.Errorf("cluster results on %s*:\n got %q\nwant %q", prefix, got, want)
+			return fmt.Errorf("%s:\n got %q\nwant %q", what, got, want)
 		}
 		return nil
 	})
@@ -220,17 +227,10 @@ func TestWildcardPolicyReadsOnlyAuditableResources(t *testing.T) {
 // expectReportContains waits until the listed results of namespace ns are exactly want, whatever the passes.
 func expectReportContains(t *testing.T, ns string, want ...string) {
 	t.Helper()
-	slices.Sort(want)
-	envtestutil.Eventually(t, 30*time.Second, func() error {
-		got, _, err := reportResults(context.Background(), ns)
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, want) {
-			return fmt.Errorf("report of %q:\n got %q\nwant %q", ns, got, want)
-		}
-		return nil
-	})
+	expectStrings(t, "report of "+ns, func(ctx context.Context) ([]string, error) {
+		got, _, err := reportResults(ctx, ns)
+		return got, err
+	}, want)
 }
 
 // listFailures answers LISTs of limit ranges with a server error whose message is the current value of

@@ -41,17 +41,9 @@ func managedReportNames(ctx context.Context, namespace string) ([]string, error)
 // expectReportNames waits until celaudit's PolicyReports in namespace are exactly names.
 func expectReportNames(t *testing.T, namespace string, names ...string) {
 	t.Helper()
-	slices.Sort(names)
-	envtestutil.Eventually(t, 30*time.Second, func() error {
-		got, err := managedReportNames(context.Background(), namespace)
-		if err != nil {
-			return err
-		}
-		if !slices.Equal(got, names) {
-			return fmt.Errorf("celaudit's reports in %s: %v, want %v", namespace, got, names)
-		}
-		return nil
-	})
+	expectStrings(t, "celaudit's reports in "+namespace, func(ctx context.Context) ([]string, error) {
+		return managedReportNames(ctx, namespace)
+	}, names)
 }
 
 // expectNameTakenEvent waits for the Warning Event celaudit records on the PolicyReport namespace/name, which

@@ -104,25 +104,7 @@ func expect(t *testing.T, store *results.Store, ns, want string) {
 
 func startEngine(t *testing.T, cfg *rest.Config, opts scan.Options) (*scan.Engine, *results.Store) {
 	t.Helper()
-	// Whole passes, so that results name their objects.
-	store := results.NewStore(nil, results.KeepPasses(true))
-	opts.Released = true
-	client, err := scan.NewClient(cfg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	engine := scan.New(client, store, logr.Discard(), opts)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_ = engine.Start(ctx)
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-	})
-	return engine, store
+	return startEngineWith(t, cfg, opts, logr.Discard(), nil)
 }
 
 func waitSynced(t *testing.T, e *scan.Engine) {

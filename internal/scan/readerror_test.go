@@ -25,9 +25,10 @@ import (
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
-// startEngineWith is startEngine with the engine's log and wait between retries replaced.
+// startEngineWith starts an engine that logs to log and waits between retries with sleep (nil: the real wait).
 func startEngineWith(t *testing.T, cfg *rest.Config, opts scan.Options, log logr.Logger, sleep func(context.Context, time.Duration)) (*scan.Engine, *results.Store) {
 	t.Helper()
+	// Whole passes, so that results name their objects.
 	store := results.NewStore(nil, results.KeepPasses(true))
 	opts.Released = true
 	client, err := scan.NewClient(cfg, nil)
