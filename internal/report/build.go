@@ -413,8 +413,8 @@ type reportChunk []*entry
 // each object's entries go to the chunk its hash selects, among the fewest chunks (a power of two) that all
 // fit: a change to one object then rewrites one chunk, not every chunk after it, and an API server write
 // costs in proportion to the size of the object written. A namespace split into twice as many chunks as it
-// needs (current) keeps that split, so that a result that comes and goes at a limit does not move every
-// object each time. When no such split exists (one object's results alone exceed the limits) the entries
+// needs (current) keeps that split while it is not sparse, so that a result that comes and goes at a limit
+// does not move every object each time. When no such split exists (one object's results alone exceed the limits) the entries
 // are cut into consecutive runs, so that every result still gets published; a result too large on its own
 // then gets a chunk of its own.
 func chunk(entries []*entry, s settings, current int) []reportChunk {
@@ -438,11 +438,29 @@ func chunk(entries []*entry, s settings, current int) []reportChunk {
 	switch {
 	case need == nil:
 		return runs(entries, s)
-	case 2*len(need) == current:
+	case 2*len(need) == current && !sparse(entries, s, current):
 		// A split twice as fine as needed also fits: each chunk of it is half a chunk that fits.
 		return bucketed(entries, current)
 	}
 	return need
+}
+
+// sparse reports whether the entries fill k chunks to less than a quarter of the limits on average. A split
+// twice as fine as needed is kept only while it is not sparse: results that came and went (objects recreated
+// under new UIDs count twice until the old ones are deleted) would otherwise leave a namespace in twice as
+// many reports as it needs for good. A quarter keeps a margin above the point where the coarser split stops
+// fitting, so results going back and forth at a limit still do not reshuffle the chunks.
+func sparse(entries []*entry, s settings, k int) bool {
+	count, size := 0, emptyArray
+	for _, e := range entries {
+		if e.listed {
+			count++
+			size += e.size
+		}
+	}
+	byCount := s.maxResults > 0 && 4*count < k*s.maxResults
+	bySize := s.maxReportBytes > 0 && 4*size < k*s.maxReportBytes
+	return (s.maxResults <= 0 || byCount) && (s.maxReportBytes <= 0 || bySize)
 }
 
 // bucketed splits the entries into k chunks (k a power of two) by their objects' hashes. Chunk i of k splits

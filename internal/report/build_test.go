@@ -715,6 +715,30 @@ func TestBuildChunksKeepTheirSplit(t *testing.T) {
 	}
 }
 
+// Objects recreated under new UIDs count twice until the old ones are deleted, which can double the split for
+// a while. Once the old ones are gone, a split twice as fine as needed that the results fill to less than a
+// quarter is given up for the one needed, rather than kept for good.
+func TestBuildCompactsSparseSplits(t *testing.T) {
+	opts := Options{MaxResultsPerReport: 16}
+	// Three results per object: an object's results stay together, so the split needed is uneven.
+	var results []audit.Result
+	for _, r := range manyResults("team-a", 60, audit.Fail) {
+		for _, rule := range []string{"spec.a", "spec.b", "spec.c"} {
+			results = append(results, newResult(withObject("team-a", r.Resource.Name), withRule(rule)))
+		}
+	}
+	need := ChunkCounts(Build(results, nil, scanTime(), opts))["team-a"]
+	if 4*len(results) >= 2*need*16 {
+		t.Fatalf("the fixture's %d results fill a split of %d chunks to a quarter or more", len(results), 2*need)
+	}
+	opts.Chunks = map[string]int{"team-a": 2 * need}
+	got := Build(results, nil, scanTime(), opts)
+	if k := ChunkCounts(got)["team-a"]; k != need {
+		t.Errorf("a sparse split of %d chunks became %d, want the %d needed", 2*need, k, need)
+	}
+	assertSummariesAddUp(t, results, got)
+}
+
 func TestChunkCounts(t *testing.T) {
 	managed := func(ns, name string) v1alpha2.PolicyReport {
 		return v1alpha2.PolicyReport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: managedLabels()}}
