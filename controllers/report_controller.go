@@ -411,6 +411,7 @@ func (r *ReportReconciler) upToDate(namespace string) {
 	st := r.state(namespace)
 	st.dirtySince = time.Time{}
 	st.conflictSince = time.Time{}
+	st.removed = nil // what the reports hold is current: the results of reports deleted before are gone
 }
 
 // reportDeleted keeps the result timestamps of a report of celaudit's that was deleted, until the namespace's
