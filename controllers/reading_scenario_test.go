@@ -3,11 +3,8 @@ package controllers_test
 import (
 	"context"
 	"fmt"
-	"io"
-	"net/http"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -233,37 +229,13 @@ func expectReportContains(t *testing.T, ns string, want ...string) {
 	}, want)
 }
 
-// listFailures answers LISTs of limit ranges with a server error whose message is the current value of
-// message, and passes every other request through.
-type listFailures struct {
-	rt      http.RoundTripper
-	message atomic.Value // string
-	lists   atomic.Int64
-}
-
-func (f *listFailures) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Query().Get("watch") == "true" || !strings.HasSuffix(req.URL.Path, "/limitranges") {
-		return f.rt.RoundTrip(req)
-	}
-	f.lists.Add(1)
-	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":"InternalError","code":500}`,
-		f.message.Load().(string))
-	return &http.Response{
-		StatusCode: http.StatusInternalServerError,
-		Header:     http.Header{"Content-Type": []string{"application/json"}},
-		Body:       io.NopCloser(strings.NewReader(body)),
-		Request:    req,
-	}, nil
-}
-
 // TestUnreadableResourceScenario audits a resource whose LISTs fail: retries back off exponentially, the
 // error result follows the current cause, and the policy gets a Warning Event.
 func TestUnreadableResourceScenario(t *testing.T) {
 	ctx := context.Background()
-	failures := &listFailures{}
-	failures.message.Store("limit ranges are unavailable (first cause)")
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { failures.rt = rt; return failures })
+	failures := &envtestutil.ListFailures{Resource: "limitranges"}
+	failures.SetMessage("limit ranges are unavailable (first cause)")
+	cfg := failures.Wrap(env.Config)
 	opts := envtestutil.TestOptions()
 	opts.ReadBackoff = 100 * time.Millisecond
 	_, _ = envtestutil.StartOperator(t, cfg, opts)
@@ -287,16 +259,16 @@ func TestUnreadableResourceScenario(t *testing.T) {
 		})
 	}
 	expectErrorResult("limit ranges are unavailable (first cause)")
-	start, before := time.Now(), failures.lists.Load()
+	start, before := time.Now(), failures.Failed()
 	// The retries of the next few seconds: with a fixed wait of 100 ms there would be about 30.
 	time.Sleep(3 * time.Second)
-	elapsed, retries := time.Since(start), failures.lists.Load()-before
+	elapsed, retries := time.Since(start), failures.Failed()-before
 	// Waits of 100 ms, 200 ms, 400 ms, ...: n retries take 100 ms × (2^n - 1).
 	if limit := int64(2 + logBase2(elapsed/(100*time.Millisecond))); retries > limit {
 		t.Errorf("%d LISTs in %s after the first failure, want at most %d", retries, elapsed.Round(time.Millisecond), limit)
 	}
 
-	failures.message.Store("limit ranges are unavailable (second cause)")
+	failures.SetMessage("limit ranges are unavailable (second cause)")
 	// The current cause shows once the next retry (about 6.4 s after the first failure) has run.
 	expectErrorResult("limit ranges are unavailable (second cause)")
 

@@ -3,12 +3,10 @@ package scan_test
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -98,40 +96,14 @@ func TestEngineBacksOffUnreadableResource(t *testing.T) {
 	}
 }
 
-// failingTransport answers LISTs of config maps with a server error whose message is the current value of
-// message, and passes every request through once it is empty.
-type failingTransport struct {
-	rt      http.RoundTripper
-	message atomic.Value // string
-	lists   atomic.Int64
-}
-
-func (f *failingTransport) RoundTrip(req *http.Request) (*http.Response, error) {
-	msg, _ := f.message.Load().(string)
-	if msg == "" || req.URL.Query().Get("watch") == "true" || !strings.HasSuffix(req.URL.Path, "/configmaps") {
-		return f.rt.RoundTrip(req)
-	}
-	f.lists.Add(1)
-	body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":"InternalError","code":500}`, msg)
-	return &http.Response{
-		StatusCode: http.StatusInternalServerError,
-		Header:     http.Header{"Content-Type": []string{"application/json"}},
-		Body:       readCloser(body),
-		Request:    req,
-	}, nil
-}
-
-func readCloser(s string) io.ReadCloser { return io.NopCloser(strings.NewReader(s)) }
-
 // TestEngineKeepsReadErrorCurrent changes the cause of a failing LIST: the error result, the log and the
 // callback follow each change once, not each retry, and everything clears when the resource can be read.
 func TestEngineKeepsReadErrorCurrent(t *testing.T) {
 	createNamespace(t, "read-error")
 	createConfigMap(t, "read-error", "cm", map[string]string{"bad": "true"})
-	ft := &failingTransport{}
-	ft.message.Store("backend one is down")
-	cfg := rest.CopyConfig(env.Config)
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { ft.rt = rt; return ft })
+	ft := &envtestutil.ListFailures{Resource: "configmaps"}
+	ft.SetMessage("backend one is down")
+	cfg := ft.Wrap(env.Config)
 
 	var (
 		mu        sync.Mutex
@@ -167,23 +139,23 @@ func TestEngineKeepsReadErrorCurrent(t *testing.T) {
 	}
 	envtestutil.Eventually(t, 10*time.Second, errorResult("cannot read v1/configmaps: backend one is down"))
 	// Several retries with the same cause.
-	base := ft.lists.Load()
+	base := ft.Failed()
 	envtestutil.Eventually(t, 10*time.Second, func() error {
-		if ft.lists.Load() < base+3 {
-			return fmt.Errorf("%d retries", ft.lists.Load()-base)
+		if ft.Failed() < base+3 {
+			return fmt.Errorf("%d retries", ft.Failed()-base)
 		}
 		return nil
 	})
-	ft.message.Store("backend two is down")
+	ft.SetMessage("backend two is down")
 	envtestutil.Eventually(t, 10*time.Second, errorResult("cannot read v1/configmaps: backend two is down"))
-	base = ft.lists.Load()
+	base = ft.Failed()
 	envtestutil.Eventually(t, 10*time.Second, func() error {
-		if ft.lists.Load() < base+3 {
-			return fmt.Errorf("%d retries", ft.lists.Load()-base)
+		if ft.Failed() < base+3 {
+			return fmt.Errorf("%d retries", ft.Failed()-base)
 		}
 		return nil
 	})
-	ft.message.Store("")
+	ft.SetMessage("")
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		if got := store.Namespace(""); len(got) != 0 {
 			return fmt.Errorf("cluster-level results remain: %+v", got)
