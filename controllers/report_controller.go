@@ -492,12 +492,8 @@ func (r *ReportReconciler) count(op string, n int) {
 	}
 }
 
-// SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes
-// to celaudit's own reports, so a report edited or deleted by hand is restored.
-func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.APIReader == nil || r.Events == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
-		return fmt.Errorf("ReportReconciler needs Client, APIReader, Events, Results, Ready and Notifier")
-	}
+// defaults fills in the settings left unset.
+func (r *ReportReconciler) defaults() {
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
@@ -510,7 +506,18 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 	if r.WritesInFlight <= 0 {
 		r.WritesInFlight = 32
 	}
-	r.inFlight = make(chan struct{}, r.WritesInFlight)
+	if r.inFlight == nil {
+		r.inFlight = make(chan struct{}, r.WritesInFlight)
+	}
+}
+
+// SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes
+// to celaudit's own reports, so a report edited or deleted by hand is restored.
+func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
+	if r.Client == nil || r.APIReader == nil || r.Events == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
+		return fmt.Errorf("ReportReconciler needs Client, APIReader, Events, Results, Ready and Notifier")
+	}
+	r.defaults()
 	enqueue := func(o client.Object, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 		q.Add(reportRequest(o.GetNamespace()))
 	}

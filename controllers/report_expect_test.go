@@ -94,20 +94,16 @@ func TestAwaitingCache(t *testing.T) {
 }
 
 // ApplyForTest writes changes as a reconcile of namespace does and returns the writes it then expects the
-// cache to show.
+// cache to show. Unset settings take the defaults SetupWithManager gives them.
 func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, changes report.Changes) (map[string]string, error) {
-	if r.inFlight == nil {
-		r.inFlight = make(chan struct{}, 2)
-	}
+	r.defaults()
 	_, err := r.apply(ctx, namespace, changes)
 	return maps.Clone(r.namespaces[namespace].expected.reports), err
 }
 
 // ReconcileForTest reconciles namespace's reports once, as the controller does.
 func (r *ReportReconciler) ReconcileForTest(ctx context.Context, namespace string) (ctrl.Result, error) {
-	if r.inFlight == nil {
-		r.inFlight = make(chan struct{}, 2)
-	}
+	r.defaults()
 	return r.Reconcile(ctx, reportRequest(namespace))
 }
 
