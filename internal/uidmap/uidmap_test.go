@@ -1,9 +1,11 @@
 package uidmap
 
 import (
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"math/rand/v2"
+	"regexp"
 	"runtime"
 	"sort"
 	"strings"
@@ -42,19 +44,71 @@ func TestPack(t *testing.T) {
 	}
 }
 
+// canonical is the test's own statement of a canonical UUID, independent of Pack: 36 characters, lowercase
+// hexadecimal digits with hyphens after the 8th, 12th, 16th and 20th.
+var canonical = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
+
+// wantKey is the key of a canonical UID, written independently of Pack: its 32 hexadecimal digits decoded.
+func wantKey(t *testing.T, s string) Key {
+	b, err := hex.DecodeString(strings.ReplaceAll(s, "-", ""))
+	if err != nil || len(b) != 16 {
+		t.Fatalf("%q: not 16 bytes of hexadecimal: %v", s, err)
+	}
+	return Key(b)
+}
+
+// checkPack checks that Pack packs s exactly when it is canonical, into the bytes its digits spell, and that
+// the key gives back s.
+func checkPack(t *testing.T, s string) (Key, bool) {
+	k, ok := Pack(types.UID(s))
+	if want := canonical.MatchString(s); ok != want {
+		t.Fatalf("Pack(%q) packed = %v, want %v", s, ok, want)
+	}
+	if !ok {
+		return k, false
+	}
+	if want := wantKey(t, s); k != want {
+		t.Fatalf("Pack(%q) = %x, want %x", s, k, want)
+	}
+	if string(k.UID()) != s {
+		t.Fatalf("%q packed and came back as %q", s, k.UID())
+	}
+	return k, true
+}
+
 func FuzzPack(f *testing.F) {
-	f.Add("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
-	f.Add("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fA")
-	f.Fuzz(func(t *testing.T, s string) {
-		k, ok := Pack(types.UID(s))
-		if ok && string(k.UID()) != s {
-			t.Fatalf("%q packed and came back as %q", s, k.UID())
+	f.Add("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f1")
+	f.Add("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fA", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1fa")
+	f.Add("00000000-0000-0000-0000-000000000000", "ffffffff-ffff-ffff-ffff-ffffffffffff")
+	f.Add("0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0")
+	f.Fuzz(func(t *testing.T, a, b string) {
+		ka, oka := checkPack(t, a)
+		kb, okb := checkPack(t, b)
+		// Distinct canonical UIDs never share a key; the same UID always gets the same one.
+		if oka && okb && (a == b) != (ka == kb) {
+			t.Fatalf("%q and %q: keys %x and %x", a, b, ka, kb)
 		}
-		// Distinct canonical UIDs never share a key.
-		if ok {
-			if k2, ok2 := Pack(k.UID()); !ok2 || k2 != k {
-				t.Fatalf("%q: key does not round-trip", s)
+		if !oka {
+			return
+		}
+		// Every canonical UID one digit away from a, whatever the digit and its replacement, has a key of
+		// its own: the fuzzer rarely makes two canonical UIDs that differ in a single place by itself.
+		u := []byte(a)
+		for i := range u {
+			if u[i] == '-' {
+				continue
 			}
+			orig := u[i]
+			for _, c := range []byte("0123456789abcdef") {
+				if c == orig {
+					continue
+				}
+				u[i] = c
+				if k, ok := checkPack(t, string(u)); !ok || k == ka {
+					t.Fatalf("%q and %q: keys %x and %x (packed %v)", a, u, ka, k, ok)
+				}
+			}
+			u[i] = orig
 		}
 	})
 }
