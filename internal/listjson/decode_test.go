@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // decodeListCases are LIST bodies whose decoding must equal client-go's generic decoder's.
@@ -34,39 +35,65 @@ var decodeListCases = map[string]string{
 	"null item":      `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[null,{"metadata":{"name":"x"}}]}`,
 	"items first":    `{"items":[{"metadata":{"name":"x"}}],"metadata":{"continue":"c"},"kind":"SecretList","apiVersion":"v1"}`,
 	"case-sensitive": `{"apiVersion":"v1","kind":"ConfigMapList","Metadata":{"continue":"no"},"Items":[{"x":1}],"metadata":{"continue":"yes"},"items":[{"y":2}]}`,
+	"nested beyond the one-pass bound": `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{"resourceVersion":"5"},"items":[{"metadata":{"name":"x"},"d":` +
+		strings.Repeat("[", maxFastDepth) + strings.Repeat("]", maxFastDepth) + `},{"kind":"Other","n":1.5}]}`,
 }
 
 // slowPathCases are valid bodies the one-pass decoder hands to the generic one.
-var slowPathCases = map[string]bool{"null item": true}
+var slowPathCases = map[string]bool{"null item": true, "nested beyond the one-pass bound": true}
 
+// clientGoList is the reference: what client-go's generic decoder, unstructured.UnstructuredJSONScheme, makes
+// of a LIST body. It calls client-go directly and never the package's own fallback, so that a page DecodePage
+// hands to its fallback is still compared with client-go rather than with itself.
+func clientGoList(data []byte) (*unstructured.UnstructuredList, error) {
+	obj, err := runtime.Decode(unstructured.UnstructuredJSONScheme, data)
+	if err != nil {
+		return nil, err
+	}
+	list, ok := obj.(*unstructured.UnstructuredList)
+	if !ok {
+		return nil, fmt.Errorf("the body is a single %T, not a list", obj)
+	}
+	return list, nil
+}
+
+// TestDecodeListMatchesClientGo compares what the operator reads of each page, DecodePage and every Item,
+// with client-go's decoding, whichever path DecodePage takes; and checks that each case takes the path it
+// is meant to, so that both paths are compared.
 func TestDecodeListMatchesClientGo(t *testing.T) {
 	for name, body := range decodeListCases {
 		t.Run(name, func(t *testing.T) {
-			// decodeListSlow is client-go's generic decoder itself: the reference.
-			want, err := decodeListSlow([]byte(body))
+			want, err := clientGoList([]byte(body))
 			if err != nil {
 				t.Fatalf("client-go cannot decode the case: %v", err)
 			}
-			for _, dec := range []struct {
-				name   string
-				decode func([]byte) (*unstructured.UnstructuredList, error)
-			}{{"decode", decode}, {"decodeListFast", decodeListFast}} {
-				got, err := dec.decode([]byte(body))
-				if dec.name == "decodeListFast" && slowPathCases[name] {
-					if !errors.Is(err, errSlowPath) {
-						t.Fatalf("decodeListFast: %v, want errSlowPath", err)
-					}
-					if page, err := DecodePage([]byte(body)); err != nil || !page.Generic() {
-						t.Fatalf("DecodePage: read in one pass, error %v; want the generic decoder", err)
-					}
-					continue
+			page, err := DecodePage([]byte(body))
+			if err != nil {
+				t.Fatalf("DecodePage: %v", err)
+			}
+			if page.Generic() != slowPathCases[name] {
+				t.Fatalf("DecodePage: generic decoder used = %v, want %v", page.Generic(), slowPathCases[name])
+			}
+			got, err := decode([]byte(body))
+			if err != nil {
+				t.Fatalf("decode: %v", err)
+			}
+			if diff := compareLists(got, want); diff != "" {
+				t.Fatalf("decode: %s", diff)
+			}
+			// The one-pass decoder alone, without Item's per-item fallback.
+			fast, err := decodeListFast([]byte(body))
+			if slowPathCases[name] {
+				if !errors.Is(err, errSlowPath) {
+					t.Fatalf("decodeListFast: %v, want errSlowPath", err)
 				}
-				if err != nil {
-					t.Fatalf("%s: %v", dec.name, err)
-				}
-				if diff := compareLists(got, want); diff != "" {
-					t.Fatalf("%s: %s", dec.name, diff)
-				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("decodeListFast: %v", err)
+			}
+			if diff := compareLists(fast, want); diff != "" {
+				t.Fatalf("decodeListFast: %s", diff)
 			}
 		})
 	}
@@ -82,7 +109,7 @@ func TestDecodeListFastPath(t *testing.T) {
 		"deep":        `{"apiVersion":"v1","kind":"ConfigMapList","metadata":{},"items":[` + deep + `]}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			want, err := decodeListSlow([]byte(body))
+			want, err := clientGoList([]byte(body))
 			if err != nil {
 				t.Fatalf("client-go cannot decode the case: %v", err)
 			}
@@ -100,31 +127,34 @@ func TestDecodeListFastPath(t *testing.T) {
 	}
 }
 
+// badBodies are bodies client-go rejects.
+var badBodies = map[string]string{
+	"truncated":           `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1}`,
+	"item not an object":  `{"apiVersion":"v1","kind":"ConfigMapList","items":[1]}`,
+	"items not a list":    `{"apiVersion":"v1","kind":"ConfigMapList","items":{}}`,
+	"trailing garbage":    `{"apiVersion":"v1","kind":"ConfigMapList","items":[]} x`,
+	"not json":            `<html>`,
+	"number out of range": `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1e400}]}`,
+	"no kind":             `{"apiVersion":"v1","items":[]}`,
+	"bad apiVersion":      `{"apiVersion":"a/b/c","kind":"ConfigMapList","items":[]}`,
+	"not a list":          `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`,
+	"range in other key":  `{"apiVersion":"v1","kind":"ConfigMapList","other":{"a":1e400},"items":[]}`,
+	"leading zero":        `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":01}]}`,
+	"bare fraction":       `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1.}]}`,
+	"bare exponent":       `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1e}]}`,
+	"plus sign":           `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":+1}]}`,
+	"control character":   "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMapList\",\"items\":[{\"a\":\"x\ny\"}]}",
+	"bad escape":          `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":"\x"}]}`,
+	"trailing comma":      `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1,}]}`,
+	"unquoted key":        `{"apiVersion":"v1","kind":"ConfigMapList","items":[{a:1}]}`,
+	"bad literal":         `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":nul}]}`,
+	"too deep":            `{"apiVersion":"v1","kind":"ConfigMapList","items":[` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `]}`,
+}
+
 func TestDecodeListRejectsBadBodies(t *testing.T) {
-	for name, body := range map[string]string{
-		"truncated":           `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1}`,
-		"item not an object":  `{"apiVersion":"v1","kind":"ConfigMapList","items":[1]}`,
-		"items not a list":    `{"apiVersion":"v1","kind":"ConfigMapList","items":{}}`,
-		"trailing garbage":    `{"apiVersion":"v1","kind":"ConfigMapList","items":[]} x`,
-		"not json":            `<html>`,
-		"number out of range": `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1e400}]}`,
-		"no kind":             `{"apiVersion":"v1","items":[]}`,
-		"bad apiVersion":      `{"apiVersion":"a/b/c","kind":"ConfigMapList","items":[]}`,
-		"not a list":          `{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"x"}}`,
-		"range in other key":  `{"apiVersion":"v1","kind":"ConfigMapList","other":{"a":1e400},"items":[]}`,
-		"leading zero":        `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":01}]}`,
-		"bare fraction":       `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1.}]}`,
-		"bare exponent":       `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1e}]}`,
-		"plus sign":           `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":+1}]}`,
-		"control character":   "{\"apiVersion\":\"v1\",\"kind\":\"ConfigMapList\",\"items\":[{\"a\":\"x\ny\"}]}",
-		"bad escape":          `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":"\x"}]}`,
-		"trailing comma":      `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":1,}]}`,
-		"unquoted key":        `{"apiVersion":"v1","kind":"ConfigMapList","items":[{a:1}]}`,
-		"bad literal":         `{"apiVersion":"v1","kind":"ConfigMapList","items":[{"a":nul}]}`,
-		"too deep":            `{"apiVersion":"v1","kind":"ConfigMapList","items":[` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `]}`,
-	} {
+	for name, body := range badBodies {
 		t.Run(name, func(t *testing.T) {
-			if _, err := decodeListSlow([]byte(body)); err == nil {
+			if _, err := clientGoList([]byte(body)); err == nil {
 				t.Fatalf("client-go decodes the case: it is not a bad body")
 			}
 			if got, err := decode([]byte(body)); err == nil {
@@ -138,8 +168,12 @@ func FuzzDecodeList(f *testing.F) {
 	for _, body := range decodeListCases {
 		f.Add([]byte(body))
 	}
+	for _, body := range badBodies {
+		f.Add([]byte(body))
+	}
 	f.Fuzz(func(t *testing.T, body []byte) {
-		want, err := decodeListSlow(body)
+		// Every body, whichever path DecodePage takes, is compared with client-go itself.
+		want, err := clientGoList(body)
 		if err != nil {
 			if got, err := decode(body); err == nil {
 				t.Fatalf("client-go rejects %q, decode decodes it: %v", body, got.Items)
@@ -240,7 +274,7 @@ func BenchmarkDecodeList(b *testing.B) {
 	for _, dec := range []struct {
 		name   string
 		decode func([]byte) (*unstructured.UnstructuredList, error)
-	}{{"client-go", decodeListSlow}, {"Decode", decode}} {
+	}{{"client-go", clientGoList}, {"Decode", decode}} {
 		b.Run(dec.name, func(b *testing.B) {
 			b.SetBytes(int64(len(body)))
 			b.ReportAllocs()
