@@ -54,12 +54,15 @@ type findingCase struct {
 	want []Finding
 }
 
+// runFindingCases compares the findings of each case with its want exactly, order included. Findings
+// documents its order: by field path, then rule, then message, with identical findings listed once; so
+// every want lists its findings in that order, written out by hand, and never more than once.
 func runFindingCases(t *testing.T, cases []findingCase) {
 	t.Helper()
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := findings(t, newCRD(t, tc.root), widget(t, tc.body), tc.opts)
-			want := sortFindings(append([]Finding(nil), tc.want...))
+			want := tc.want
 			if len(want) == 0 {
 				want = nil
 			}
@@ -209,10 +212,11 @@ properties:
 			name: "field paths of a property, a quoted property and a map key",
 			root: root,
 			body: "spec: {name: invalid, owner: me, a.b: 0, labels: {j: x}}",
+			// Sorted by field path: spec.a.b, spec.labels[k], spec.name.
 			want: []Finding{
-				fail("spec.x-kubernetes-validations[3]", "self.name != 'invalid'", invalid, "spec.name: Invalid value: failed rule: self.name != 'invalid'"),
-				fail("spec.x-kubernetes-validations[4]", "!has(self.labels) || 'k' in self.labels", invalid, "spec.labels[k]: Invalid value: failed rule: !has(self.labels) || 'k' in self.labels"),
 				fail("spec['a.b'].x-kubernetes-validations[0]", "self > 0", invalid, "spec.a.b: Invalid value: 0: failed rule: self > 0"),
+				fail("spec.x-kubernetes-validations[4]", "!has(self.labels) || 'k' in self.labels", invalid, "spec.labels[k]: Invalid value: failed rule: !has(self.labels) || 'k' in self.labels"),
+				fail("spec.x-kubernetes-validations[3]", "self.name != 'invalid'", invalid, "spec.name: Invalid value: failed rule: self.name != 'invalid'"),
 			},
 		},
 	})
@@ -509,6 +513,7 @@ properties:
       message: too short
 `),
 			body: "spec: {child: x}",
+			// One field path: ordered by rule, and "spec.child..." sorts before "spec.x-...".
 			want: []Finding{
 				fail("spec.child.x-kubernetes-validations[0]", "self.size() > 2", invalid, `spec.child: Invalid value: "x": too short`),
 				fail("spec.x-kubernetes-validations[0]", "self.child.size() > 1", invalid, "spec.child: Invalid value: too short"),
@@ -549,4 +554,62 @@ properties:
 			body: "spec: {a: 20}",
 		},
 	})
+}
+
+// TestSortFindings checks the order and the de-duplication every result of Findings goes through, on
+// findings given out of order: by field path, then rule, then message, and identical findings once.
+func TestSortFindings(t *testing.T) {
+	var (
+		// The object itself: field path "" sorts first.
+		object = celNotChecked
+		// Field path "spec": rule [0] sorts before rule [1] though its message sorts after.
+		rule0z = fail("spec.x-kubernetes-validations[0]", "self.a", invalid, "spec: Invalid value: z")
+		rule1a = fail("spec.x-kubernetes-validations[1]", "self.b", invalid, "spec: Invalid value: a")
+		rule1b = fail("spec.x-kubernetes-validations[1]", "self.b", invalid, "spec: Invalid value: b")
+		// Field path "spec.a" sorts after "spec", though its rule "schema" sorts before "spec.x-...".
+		schemaA = schemaFail(invalid, "spec.a: Invalid value: 1: too big")
+		schemaB = schemaFail(invalid, "spec.b: Invalid value: 1: too big")
+	)
+	cases := []struct {
+		name string
+		in   []Finding
+		want []Finding
+	}{
+		{
+			name: "empty",
+		},
+		{
+			name: "already sorted",
+			in:   []Finding{object, rule0z, rule1a, rule1b, schemaA, schemaB},
+			want: []Finding{object, rule0z, rule1a, rule1b, schemaA, schemaB},
+		},
+		{
+			name: "reversed",
+			in:   []Finding{schemaB, schemaA, rule1b, rule1a, rule0z, object},
+			want: []Finding{object, rule0z, rule1a, rule1b, schemaA, schemaB},
+		},
+		{
+			name: "field path first, then rule, then message",
+			in:   []Finding{schemaA, rule1b, object, rule1a, schemaB, rule0z},
+			want: []Finding{object, rule0z, rule1a, rule1b, schemaA, schemaB},
+		},
+		{
+			name: "identical findings once",
+			in:   []Finding{schemaB, rule1a, schemaB, object, rule1a, schemaB, object},
+			want: []Finding{object, rule1a, schemaB},
+		},
+		{
+			name: "findings that differ only in their message are both kept",
+			in:   []Finding{rule1b, rule1a, rule1b},
+			want: []Finding{rule1a, rule1b},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := sortFindings(append([]Finding(nil), tc.in...))
+			if !reflect.DeepEqual(append([]Finding{}, got...), append([]Finding{}, tc.want...)) {
+				t.Errorf("want %s\ngot  %s", dump(tc.want), dump(got))
+			}
+		})
+	}
 }
