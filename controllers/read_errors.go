@@ -4,12 +4,14 @@ import (
 	"context"
 	"strings"
 
+	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celaudit/celaudit/internal/scan"
 )
 
 // Event reasons of the read errors of audited resources.
@@ -26,6 +28,7 @@ type ReadErrorEvents struct {
 	// Reader reads the policy objects the events are about (the manager's cache holds them).
 	Reader   client.Reader
 	Recorder EventRecorder
+	Log      logr.Logger
 }
 
 // ReadError implements scan.Options.OnReadError.
@@ -38,11 +41,11 @@ func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []
 		}
 		if err != nil {
 			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonResourceUnreadable, "Audit",
-				"Cannot read %s, so its objects are not audited: %v", resourceName(gvr), err)
+				"Cannot read %s, so its objects are not audited: %v", scan.ResourceString(gvr), err)
 			continue
 		}
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonResourceReadable, "Audit",
-			"%s can be read again and is audited", resourceName(gvr))
+			"%s can be read again and is audited", scan.ResourceString(gvr))
 	}
 }
 
@@ -59,15 +62,8 @@ func (r *ReadErrorEvents) policyObject(ctx context.Context, key string) client.O
 		return nil
 	}
 	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
-		ctrl.Log.WithName("events").V(1).Info("Policy of an unreadable resource not found", "policy", key, "err", err.Error())
+		r.Log.V(1).Info("Policy of an unreadable resource not found", "policy", key, "err", err.Error())
 		return nil
 	}
 	return obj
-}
-
-func resourceName(gvr schema.GroupVersionResource) string {
-	if gvr.Group == "" {
-		return gvr.Version + "/" + gvr.Resource
-	}
-	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }

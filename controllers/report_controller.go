@@ -433,15 +433,7 @@ func (r *ReportReconciler) reportDeleted(o client.Object) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.state(o.GetNamespace())
-	if st.removed == nil {
-		st.removed = timestamps
-		return
-	}
-	for id, ts := range timestamps {
-		if _, ok := st.removed[id]; !ok {
-			st.removed[id] = ts
-		}
-	}
+	st.removed = addMissing(st.removed, timestamps)
 }
 
 // previousTimestamps returns the timestamps of the results the namespace's reports hold, and of those its
@@ -450,12 +442,20 @@ func (r *ReportReconciler) previousTimestamps(namespace string, existing report.
 	previous := report.PreviousTimestamps(existing)
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for id, ts := range r.state(namespace).removed {
-		if _, ok := previous[id]; !ok {
-			previous[id] = ts
+	return addMissing(previous, r.state(namespace).removed)
+}
+
+// addMissing adds to dst the timestamps of src whose result IDs dst lacks, and returns dst (made when nil).
+func addMissing(dst, src map[string]metav1.Timestamp) map[string]metav1.Timestamp {
+	if dst == nil {
+		dst = make(map[string]metav1.Timestamp, len(src))
+	}
+	for id, ts := range src {
+		if _, ok := dst[id]; !ok {
+			dst[id] = ts
 		}
 	}
-	return previous
+	return dst
 }
 
 // published records that namespace's reports were written: the timestamps of reports deleted before are

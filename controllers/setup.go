@@ -215,7 +215,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	}
 	resources := NewDiscovery(disc)
 	events := mgr.GetEventRecorder("celaudit")
-	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: events}
+	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: events, Log: log.WithName("events")}
 	engine := scan.New(reader, store, log.WithName("scan"), scan.Options{
 		PageSize:    o.PageSize,
 		Workers:     o.Workers,

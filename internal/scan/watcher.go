@@ -475,7 +475,7 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 func (w *watcher) setReadError(err error) {
 	msg := ""
 	if err != nil {
-		msg = fmt.Sprintf("cannot read %s: %v", resourceString(w.gvr), err)
+		msg = fmt.Sprintf("cannot read %s: %v", ResourceString(w.gvr), err)
 	}
 	if msg == w.readError {
 		return
@@ -498,7 +498,7 @@ func (w *watcher) setReadError(err error) {
 				Verdict: audit.Error,
 				Message: msg,
 				Properties: map[string]string{
-					"resource": resourceString(w.gvr),
+					"resource": ResourceString(w.gvr),
 				},
 			}}
 		}
@@ -515,7 +515,9 @@ func (w *watcher) setReadError(err error) {
 	}
 }
 
-func resourceString(gvr schema.GroupVersionResource) string {
+// ResourceString names gvr as results and messages show it: "version/resource" for the core group,
+// "group/version/resource" for the others.
+func ResourceString(gvr schema.GroupVersionResource) string {
 	if gvr.Group == "" {
 		return gvr.Version + "/" + gvr.Resource
 	}

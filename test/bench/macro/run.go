@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	"github.com/celaudit/celaudit/internal/scan"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
@@ -185,16 +186,9 @@ func listTimes(ctx context.Context, dyn dynamic.Interface, gvrs []schema.GroupVe
 			}
 			opts.Continue = page.GetContinue()
 		}
-		out[resourceName(gvr)] = time.Since(start).Seconds()
+		out[scan.ResourceString(gvr)] = time.Since(start).Seconds()
 	}
 	return out, total, nil
-}
-
-func resourceName(gvr schema.GroupVersionResource) string {
-	if gvr.Group == "" {
-		return gvr.Version + "/" + gvr.Resource
-	}
-	return gvr.Group + "/" + gvr.Version + "/" + gvr.Resource
 }
 
 func sumValues(m map[string]float64) float64 {
@@ -229,12 +223,12 @@ func measureList(ctx context.Context, cl *cluster, res *Result) error {
 	res.ListSeconds = res.ListRuns[order[1]]
 	res.ListByResource = median
 	res.ListControlPlaneCPUSeconds, res.ListClientCPUSeconds = cpu[order[1]][0], cpu[order[1]][1]
-	res.ListWidgetsSeconds = median[resourceName(widget.resource())]
+	res.ListWidgetsSeconds = median[scan.ResourceString(widget.resource())]
 	v1beta1, _, err := listTimes(ctx, cl.dyn, []schema.GroupVersionResource{widgetsV1beta1})
 	if err != nil {
 		return err
 	}
-	res.ListByResource[resourceName(widgetsV1beta1)+" (not in list)"] = v1beta1[resourceName(widgetsV1beta1)]
+	res.ListByResource[scan.ResourceString(widgetsV1beta1)+" (not in list)"] = v1beta1[scan.ResourceString(widgetsV1beta1)]
 	return nil
 }
 
