@@ -3,8 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"sort"
-	"strings"
 	"sync"
 	"time"
 
@@ -19,19 +17,12 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// Annotations that steer the audit of one CRD or policy.
-const (
-	// AnnotationRescan: any change of its value triggers a full rescan of the policy.
-	AnnotationRescan = "celaudit.io/rescan"
-	// AnnotationResyncInterval overrides the periodic resync interval of the policy (a Go duration).
-	AnnotationResyncInterval = "celaudit.io/resync-interval"
-)
-
-// CRDSource names the CRD source in the start-up gate.
-const CRDSource = "crd"
-
 // CRDReconciler keeps one compiled policy per audited CRD registered with the scan engine. A CRD is compiled
 // again only when its uid, generation or celaudit annotations change.
+//
+// Reconciles of one CRD never overlap (the work queue hands out each key to one worker at a time), so the
+// compile runs without a lock; the lock only guards the map of what was compiled, which reconciles of other
+// CRDs share.
 type CRDReconciler struct {
 	Client   client.Client
 	Registry PolicyRegistry
@@ -40,9 +31,9 @@ type CRDReconciler struct {
 	// Audited tells whether a CRD is audited at all (for example, not celaudit's own report CRDs).
 	Audited func(*apiextensionsv1.CustomResourceDefinition) bool
 	// Resync is the default interval of the periodic rescan; zero disables it.
-	Resync time.Duration
-	Gate   *Gate
-	Clock  clock.PassiveClock
+	Resync  time.Duration
+	Startup *startupGate
+	Clock   clock.PassiveClock
 	// Changed, when set, is called on every CRD event: the served resources may have changed.
 	Changed func()
 
@@ -57,11 +48,17 @@ type compiledCRD struct {
 	scanned     time.Time
 }
 
+// sameSource reports whether c was compiled from the same CRD content as o.
+func (c compiledCRD) sameSource(o compiledCRD) bool {
+	return c.uid == o.uid && c.generation == o.generation && c.annotations == o.annotations
+}
+
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;watch
 
 // Reconcile compiles a CRD's validation into a policy, or removes the policy of a CRD that is gone.
 func (r *CRDReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	defer r.Startup.Reconciled(audit.CRDKey(req.Name))
 	if r.Changed != nil {
 		r.Changed()
 	}
@@ -81,56 +78,67 @@ func (r *CRDReconciler) reconcile(ctx context.Context, crd *apiextensionsv1.Cust
 		r.remove(crd.Name)
 		return ctrl.Result{}
 	}
-	interval := resyncInterval(crd.Annotations, r.Resync)
+	ann := audit.ParseAnnotations(crd.Annotations)
+	interval := ann.ResyncOr(r.Resync)
 	now := r.Clock.Now()
-	want := compiledCRD{uid: crd.UID, generation: crd.Generation, annotations: celauditAnnotations(crd.Annotations), scanned: now}
+	want := compiledCRD{uid: crd.UID, generation: crd.Generation, annotations: ann.Signature, scanned: now}
+	have, ok := r.lookup(crd.Name)
+	switch {
+	case !ok || !have.sameSource(want):
+		ctrl.LoggerFrom(ctx).V(1).Info("Compiling CRD validation", "generation", crd.Generation)
+		p := r.Compile(crd)
+		r.store(crd.Name, want)
+		r.Registry.SetPolicy(p)
+		have = want
+	case interval > 0 && now.Sub(have.scanned) >= interval:
+		r.Registry.Rescan(audit.CRDKey(crd.Name), "")
+		have.scanned = now
+		r.store(crd.Name, have)
+	}
+	return requeueIn(interval, now.Sub(have.scanned))
+}
 
+func (r *CRDReconciler) lookup(name string) (compiledCRD, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c, ok := r.compiled[name]
+	return c, ok
+}
+
+func (r *CRDReconciler) store(name string, c compiledCRD) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.compiled == nil {
 		r.compiled = map[string]compiledCRD{}
 	}
-	have, ok := r.compiled[crd.Name]
-	switch {
-	case !ok || have.uid != want.uid || have.generation != want.generation || have.annotations != want.annotations:
-		ctrl.LoggerFrom(ctx).V(1).Info("Compiling CRD validation", "generation", crd.Generation)
-		r.Registry.SetPolicy(r.Compile(crd))
-		r.compiled[crd.Name] = want
-	case interval > 0 && now.Sub(have.scanned) >= interval:
-		r.Registry.Rescan(policyKeyCRD(crd.Name), "")
-		have.scanned = now
-		r.compiled[crd.Name] = have
-	}
-	if interval <= 0 {
-		return ctrl.Result{}
-	}
-	return ctrl.Result{RequeueAfter: interval - now.Sub(r.compiled[crd.Name].scanned)}
+	r.compiled[name] = c
 }
 
 func (r *CRDReconciler) remove(name string) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	delete(r.compiled, name)
-	r.Registry.RemovePolicy(policyKeyCRD(name))
+	r.mu.Unlock()
+	r.Registry.RemovePolicy(audit.CRDKey(name))
 }
 
-// registerAll compiles every CRD the cache holds, then opens the gate for CRDs.
-func (r *CRDReconciler) registerAll(ctx context.Context) error {
+// listAtStartup tells the start-up gate which CRDs the synced cache holds.
+func (r *CRDReconciler) listAtStartup(ctx context.Context) error {
 	list := &apiextensionsv1.CustomResourceDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing CustomResourceDefinitions: %w", err)
 	}
+	names := make([]string, len(list.Items))
 	for i := range list.Items {
-		r.reconcile(ctx, &list.Items[i])
+		names[i] = list.Items[i].Name
 	}
-	r.Gate.Done(CRDSource)
+	r.Startup.Listed(audit.SourceCRD, names)
 	return nil
 }
 
-// SetupWithManager registers the reconciler and its start-up registration with mgr.
+// SetupWithManager registers the reconciler and its start-up listing with mgr.
 func (r *CRDReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Registry == nil || r.Compile == nil || r.Gate == nil {
-		return fmt.Errorf("CRDReconciler needs Client, Registry, Compile and Gate")
+	if r.Client == nil || r.Registry == nil || r.Compile == nil || r.Startup == nil {
+		return fmt.Errorf("CRDReconciler needs Client, Registry, Compile and Startup")
 	}
 	if r.Audited == nil {
 		r.Audited = func(*apiextensionsv1.CustomResourceDefinition) bool { return true }
@@ -142,10 +150,10 @@ func (r *CRDReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return ctx.Err()
 		}
-		return r.registerAll(ctx)
+		return r.listAtStartup(ctx)
 	}))
 	if err != nil {
-		return fmt.Errorf("adding CRD start-up registration: %w", err)
+		return fmt.Errorf("adding CRD start-up listing: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).For(&apiextensionsv1.CustomResourceDefinition{}).Named("customresourcedefinition")
 	for _, o := range opts {
@@ -153,8 +161,6 @@ func (r *CRDReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 	}
 	return b.Complete(r)
 }
-
-func policyKeyCRD(name string) string { return "crd/" + name }
 
 func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	for _, c := range crd.Status.Conditions {
@@ -165,25 +171,10 @@ func established(crd *apiextensionsv1.CustomResourceDefinition) bool {
 	return false
 }
 
-// celauditAnnotations returns the celaudit.io annotations in a stable form, so that changing them (category,
-// severity, rescan) recompiles the policy while unrelated annotations do not.
-func celauditAnnotations(a map[string]string) string {
-	var parts []string
-	for k, v := range a {
-		if strings.HasPrefix(k, "celaudit.io/") {
-			parts = append(parts, k+"="+v)
-		}
+// requeueIn returns the result that brings a reconcile back when the policy's periodic rescan is due.
+func requeueIn(interval, elapsed time.Duration) ctrl.Result {
+	if interval <= 0 {
+		return ctrl.Result{}
 	}
-	sort.Strings(parts)
-	return strings.Join(parts, "\n")
-}
-
-// resyncInterval returns the policy's own interval when its annotation parses, else def.
-func resyncInterval(a map[string]string, def time.Duration) time.Duration {
-	if v, ok := a[AnnotationResyncInterval]; ok {
-		if d, err := time.ParseDuration(v); err == nil && d >= 0 {
-			return d
-		}
-	}
-	return def
+	return ctrl.Result{RequeueAfter: max(interval-elapsed, time.Second)}
 }

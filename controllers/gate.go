@@ -1,41 +1,89 @@
 package controllers
 
-import "sync"
+import (
+	"sync"
 
-// Gate tracks the sources of policies that have not yet registered everything the cluster held at start-up.
-// Reports are written only once every source is done, so a restart never publishes a half-built report.
-type Gate struct {
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// startupGate opens once every policy the cluster held at start-up is registered, so that a restart never
+// publishes a half-built report and each audited resource is read once, with all its policies. Each source
+// of policies lists what its synced cache holds (Listed); the gate opens once each of those has been through
+// a reconcile (Reconciled), whatever its outcome: a policy that fails to register is retried later and must
+// not hold back every report.
+type startupGate struct {
 	mu      sync.Mutex
-	pending map[string]bool
+	sources map[audit.PolicySource]*sourceStartup
 	onOpen  []func()
 }
 
-// OnOpen registers f to run once, when the last source is done.
-func (g *Gate) OnOpen(f func()) {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if len(g.pending) == 0 {
-		f()
-		return
-	}
-	g.onOpen = append(g.onOpen, f)
+// sourceStartup is what one source still has to register.
+type sourceStartup struct {
+	listed     bool
+	pending    sets.Set[string] // listed, not yet reconciled
+	reconciled sets.Set[string] // reconciled before the source was listed
 }
 
-// NewGate returns a gate waiting for the named sources.
-func NewGate(sources ...string) *Gate {
-	g := &Gate{pending: map[string]bool{}}
+// newStartupGate returns a gate waiting for the named sources.
+func newStartupGate(sources ...audit.PolicySource) *startupGate {
+	g := &startupGate{sources: map[audit.PolicySource]*sourceStartup{}}
 	for _, s := range sources {
-		g.pending[s] = true
+		g.sources[s] = &sourceStartup{pending: sets.New[string](), reconciled: sets.New[string]()}
 	}
 	return g
 }
 
-// Done marks a source as having registered its initial policies.
-func (g *Gate) Done(source string) {
+// OnOpen registers f to run once, when the gate opens; at once when it is open.
+func (g *startupGate) OnOpen(f func()) {
 	g.mu.Lock()
-	delete(g.pending, source)
+	if !g.openLocked() {
+		g.onOpen = append(g.onOpen, f)
+		g.mu.Unlock()
+		return
+	}
+	g.mu.Unlock()
+	f()
+}
+
+// Listed records the names of the source's policies the cluster held at start-up.
+func (g *startupGate) Listed(source audit.PolicySource, names []string) {
+	g.update(func() {
+		s := g.sources[source]
+		if s == nil || s.listed {
+			return
+		}
+		s.listed = true
+		s.pending = sets.New(names...).Difference(s.reconciled)
+		s.reconciled = nil
+	})
+}
+
+// Reconciled records that a policy went through a reconcile.
+func (g *startupGate) Reconciled(key audit.PolicyKey) {
+	g.update(func() {
+		s := g.sources[key.Source]
+		switch {
+		case s == nil:
+		case s.listed:
+			s.pending.Delete(key.Name)
+		default:
+			s.reconciled.Insert(key.Name)
+		}
+	})
+}
+
+// update runs change under the lock, then the OnOpen functions if the gate opened.
+func (g *startupGate) update(change func()) {
+	g.mu.Lock()
+	if g.openLocked() {
+		g.mu.Unlock()
+		return
+	}
+	change()
 	var run []func()
-	if len(g.pending) == 0 {
+	if g.openLocked() {
 		run, g.onOpen = g.onOpen, nil
 	}
 	g.mu.Unlock()
@@ -44,9 +92,18 @@ func (g *Gate) Done(source string) {
 	}
 }
 
-// Open reports whether every source is done.
-func (g *Gate) Open() bool {
+// Open reports whether every source has registered its start-up policies.
+func (g *startupGate) Open() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.pending) == 0
+	return g.openLocked()
+}
+
+func (g *startupGate) openLocked() bool {
+	for _, s := range g.sources {
+		if !s.listed || s.pending.Len() > 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -12,8 +12,8 @@ import (
 type PolicyRegistry interface {
 	SetPolicy(p audit.Policy)
 	ReplacePolicy(p audit.Policy)
-	RemovePolicy(key string)
-	Rescan(key, namespace string)
+	RemovePolicy(key audit.PolicyKey)
+	Rescan(key audit.PolicyKey, namespace string)
 }
 
 var _ PolicyRegistry = &scan.Engine{}

@@ -18,11 +18,11 @@ func TestResultCollector(t *testing.T) {
 	ref := func(uid string) audit.ObjectRef {
 		return audit.ObjectRef{Namespace: "n", Name: uid, UID: ktypes.UID("u-" + uid)}
 	}
-	store.Set("p", results.ObjectKey{GVR: gvr, UID: "a"}, "n", []audit.Result{
+	store.Set(audit.VAPKey("p"), results.ObjectKey{GVR: gvr, UID: "a"}, "n", []audit.Result{
 		{Policy: "p", Verdict: audit.Pass, Resource: ref("a")},
 		{Policy: "p", Verdict: audit.Pass, Resource: ref("a"), Properties: map[string]string{"binding": "b2"}},
 	})
-	store.Set("p", results.ObjectKey{GVR: gvr, UID: "b"}, "n", []audit.Result{
+	store.Set(audit.VAPKey("p"), results.ObjectKey{GVR: gvr, UID: "b"}, "n", []audit.Result{
 		{Policy: "p", Verdict: audit.Fail, Resource: ref("b")},
 		{Policy: "p", Verdict: audit.Skip, Resource: ref("b")},
 	})

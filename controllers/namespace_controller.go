@@ -12,6 +12,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celaudit/celaudit/internal/audit"
 )
 
 // NamespaceReconciler rescans, within one namespace, the policies whose results depend on namespaces (a
@@ -20,7 +22,7 @@ type NamespaceReconciler struct {
 	Client   client.Client
 	Registry PolicyRegistry
 	// Dependents returns the keys of the policies whose results depend on namespaces.
-	Dependents func() []string
+	Dependents func() []audit.PolicyKey
 	// Since is when the operator started: namespaces created earlier are covered by the first audit.
 	Since time.Time
 

@@ -27,8 +27,8 @@ type cachedNamespaces struct {
 var _ vap.NamespaceGetter = cachedNamespaces{}
 
 // newCachedNamespaces returns namespaces read from c, whose namespace informer it starts.
-func newCachedNamespaces(ctx context.Context, c cache.Cache) (cachedNamespaces, error) {
-	inf, err := c.GetInformer(ctx, &corev1.Namespace{})
+func newCachedNamespaces(c cache.Cache) (cachedNamespaces, error) {
+	inf, err := c.GetInformer(context.Background(), &corev1.Namespace{})
 	if err != nil {
 		return cachedNamespaces{}, fmt.Errorf("getting the namespace informer: %w", err)
 	}

@@ -2,7 +2,6 @@ package controllers
 
 import (
 	"context"
-	"strings"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/scan"
 )
 
@@ -32,7 +32,7 @@ type ReadErrorEvents struct {
 }
 
 // ReadError implements scan.Options.OnReadError.
-func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []string, err error) {
+func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error) {
 	ctx := context.Background()
 	for _, key := range policies {
 		obj := r.policyObject(ctx, key)
@@ -49,20 +49,19 @@ func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []
 	}
 }
 
-// policyObject returns the object behind a policy key ("crd/NAME" or "vap/NAME"), or nil when it is gone.
-func (r *ReadErrorEvents) policyObject(ctx context.Context, key string) client.Object {
-	source, name, _ := strings.Cut(key, "/")
+// policyObject returns the object behind a policy, or nil when it is gone.
+func (r *ReadErrorEvents) policyObject(ctx context.Context, key audit.PolicyKey) client.Object {
 	var obj client.Object
-	switch source {
-	case CRDSource:
+	switch key.Source {
+	case audit.SourceCRD:
 		obj = &apiextensionsv1.CustomResourceDefinition{}
-	case VAPSource:
+	case audit.SourceVAP:
 		obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	default:
 		return nil
 	}
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: name}, obj); err != nil {
-		r.Log.V(1).Info("Policy of an unreadable resource not found", "policy", key, "err", err.Error())
+	if err := r.Reader.Get(ctx, client.ObjectKey{Name: key.Name}, obj); err != nil {
+		r.Log.V(1).Info("Policy of an unreadable resource not found", "policy", key.String(), "err", err.Error())
 		return nil
 	}
 	return obj

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 	"sort"
@@ -24,11 +25,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/vap"
 )
-
-// VAPSource names the ValidatingAdmissionPolicy source in the start-up gate.
-const VAPSource = "vap"
 
 // bindingPolicyField indexes bindings by the policy they bind.
 const bindingPolicyField = "spec.policyName"
@@ -36,29 +36,37 @@ const bindingPolicyField = "spec.policyName"
 // VAPReconciler keeps one audit policy per ValidatingAdmissionPolicy registered with the scan engine: the
 // policy compiled once per uid and generation, bound to its bindings and to the served resources. A binding
 // or discovery change binds again without recompiling; a param or namespace change rescans without binding.
+//
+// Reconciles of one policy never overlap (the work queue hands out each key to one worker at a time), so
+// compiling, binding and waiting for param informers run without a lock: a param or namespace change of
+// one policy never waits behind the compile of another. The lock only guards the state map.
 type VAPReconciler struct {
 	Client     client.Client
 	Registry   PolicyRegistry
 	Discovery  *Discovery
 	Params     *Params
 	Namespaces vap.NamespaceGetter
-	Options    vap.Options
-	Resync     time.Duration
-	Gate       *Gate
-	Clock      clock.PassiveClock
+	// Compile compiles a policy; bindings and views are applied by Bind.
+	Compile func(*admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled
+	Resync  time.Duration
+	Startup *startupGate
+	Clock   clock.PassiveClock
 
 	mu     sync.Mutex
 	state  map[string]*vapState
 	rebind chan struct{}
+	// discovered is closed once discovery was first read: a policy bound before would cover no resource.
+	discovered chan struct{}
 }
 
+// vapState is what was registered for one policy. It is replaced whole, never modified, so readers may use
+// it after the lock is released.
 type vapState struct {
 	compileKey string
 	compiled   *vap.Compiled
 	bindings   string
 	resolver   *vap.StaticResolver
 	policy     *vap.Policy
-	resources  []schema.GroupVersionResource
 	paramKinds []schema.GroupVersionKind
 	namespaces bool
 	scanned    time.Time
@@ -69,6 +77,12 @@ type vapState struct {
 
 // Reconcile compiles and binds one policy, or removes the policy that is gone.
 func (r *VAPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	select {
+	case <-r.discovered:
+	case <-ctx.Done():
+		return ctrl.Result{}, ctx.Err()
+	}
+	defer r.Startup.Reconciled(audit.VAPKey(req.Name))
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -88,60 +102,68 @@ func (r *VAPReconciler) reconcile(ctx context.Context, policy *admissionregistra
 		return ctrl.Result{}, r.remove(ctx, policy.Name)
 	}
 	sort.Slice(bindings, func(i, j int) bool { return bindings[i].Name < bindings[j].Name })
-	compileKey := vap.CacheKey(policy) + "\n" + celauditAnnotations(policy.Annotations)
-	bindingsKey := bindingsSignature(bindings)
-	resolver := r.Discovery.Snapshot()
-	interval := resyncInterval(policy.Annotations, r.Resync)
+	interval := audit.ParseAnnotations(policy.Annotations).ResyncOr(r.Resync)
 	now := r.Clock.Now()
-	key := policyKeyVAP(policy.Name)
-
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.state == nil {
-		r.state = map[string]*vapState{}
+	st := r.lookup(policy.Name)
+	next := &vapState{
+		compileKey: vap.CacheKey(policy),
+		bindings:   bindingsSignature(bindings),
+		resolver:   r.Discovery.Snapshot(),
+		scanned:    now,
 	}
-	st := r.state[policy.Name]
-	if st != nil && st.compileKey == compileKey && st.bindings == bindingsKey && st.resolver == resolver {
+	if st != nil && st.compileKey == next.compileKey && st.bindings == next.bindings && st.resolver == next.resolver {
 		if interval > 0 && now.Sub(st.scanned) >= interval {
-			r.Registry.Rescan(key, "")
-			st.scanned = now
+			r.Registry.Rescan(audit.VAPKey(policy.Name), "")
+			rescanned := *st
+			rescanned.scanned = now
+			r.store(policy.Name, &rescanned)
+			return requeueIn(interval, 0), nil
 		}
 		return requeueIn(interval, now.Sub(st.scanned)), nil
 	}
-
-	next := &vapState{compileKey: compileKey, bindings: bindingsKey, resolver: resolver, scanned: now}
-	if st != nil && st.compileKey == compileKey {
+	if st != nil && st.compileKey == next.compileKey {
 		next.compiled = st.compiled
 	} else {
 		ctrl.LoggerFrom(ctx).V(1).Info("Compiling ValidatingAdmissionPolicy", "generation", policy.Generation)
-		next.compiled = vap.CompilePolicy(policy, r.Options)
+		next.compiled = r.Compile(policy)
 	}
 	refs := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(bindings))
 	for i := range bindings {
 		refs[i] = &bindings[i]
 	}
-	p := next.compiled.Bind(refs, vap.Deps{Namespaces: r.Namespaces, Params: r.Params, Resolver: resolver})
-	next.policy, next.resources, next.paramKinds, next.namespaces = p, p.Resources(), p.ParamKinds(), p.DependsOnNamespaces()
+	p := engine.Bind(next.compiled, refs, engine.Views{Resources: next.resolver, Namespaces: r.Namespaces, Params: r.Params})
+	next.policy, next.paramKinds, next.namespaces = p, p.ParamKinds(), p.DependsOnNamespaces()
 	if err := r.Params.Track(ctx, policy.Name, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
 		return ctrl.Result{}, err
 	}
 	// Only discovery changed, and not in a way that changes what the policy decides: results stay valid, only
 	// newly covered resources need reading.
-	if st != nil && st.compileKey == compileKey && st.bindings == bindingsKey && sameParamResolution(st, next) {
-		r.Registry.ReplacePolicy(p)
+	onlyDiscovery := st != nil && st.compileKey == next.compileKey && st.bindings == next.bindings && sameParamResolution(st, next)
+	if onlyDiscovery {
 		next.scanned = st.scanned
+	}
+	r.store(policy.Name, next)
+	if onlyDiscovery {
+		r.Registry.ReplacePolicy(p)
 	} else {
 		r.Registry.SetPolicy(p)
 	}
-	r.state[policy.Name] = next
 	return requeueIn(interval, now.Sub(next.scanned)), nil
 }
 
-func requeueIn(interval, elapsed time.Duration) ctrl.Result {
-	if interval <= 0 {
-		return ctrl.Result{}
+func (r *VAPReconciler) lookup(name string) *vapState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.state[name]
+}
+
+func (r *VAPReconciler) store(name string, st *vapState) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.state == nil {
+		r.state = map[string]*vapState{}
 	}
-	return ctrl.Result{RequeueAfter: max(interval-elapsed, time.Second)}
+	r.state[name] = st
 }
 
 // sameParamResolution reports whether the policy's param kinds resolve the same way in both states.
@@ -169,9 +191,9 @@ func bindingsSignature(bindings []admissionregistrationv1.ValidatingAdmissionPol
 
 func (r *VAPReconciler) remove(ctx context.Context, name string) error {
 	r.mu.Lock()
-	defer r.mu.Unlock()
 	delete(r.state, name)
-	r.Registry.RemovePolicy(policyKeyVAP(name))
+	r.mu.Unlock()
+	r.Registry.RemovePolicy(audit.VAPKey(name))
 	return r.Params.Track(ctx, name, nil, nil)
 }
 
@@ -196,13 +218,11 @@ func paramRefs(bindings []admissionregistrationv1.ValidatingAdmissionPolicyBindi
 // kind gvk) as a param: everywhere, or only in the namespaces where it is read. Changes to other objects of
 // the kind, such as ConfigMaps that are not params, cause no work.
 func (r *VAPReconciler) ParamsChanged(gvk schema.GroupVersionKind, objs ...metav1.Object) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for name, st := range r.state {
+	for name, st := range r.snapshot() {
 		if !slices.Contains(st.paramKinds, gvk) {
 			continue
 		}
-		key := policyKeyVAP(name)
+		key := audit.VAPKey(name)
 		namespaces := map[string]bool{}
 		for _, o := range objs {
 			all, nss := st.policy.ParamScope(o)
@@ -222,17 +242,22 @@ func (r *VAPReconciler) ParamsChanged(gvk schema.GroupVersionKind, objs ...metav
 }
 
 // NamespaceDependents returns the keys of the policies whose results depend on namespaces.
-func (r *VAPReconciler) NamespaceDependents() []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []string
-	for name, st := range r.state {
+func (r *VAPReconciler) NamespaceDependents() []audit.PolicyKey {
+	var out []audit.PolicyKey
+	for name, st := range r.snapshot() {
 		if st.namespaces {
-			out = append(out, policyKeyVAP(name))
+			out = append(out, audit.VAPKey(name))
 		}
 	}
-	sort.Strings(out)
+	slices.SortFunc(out, func(a, b audit.PolicyKey) int { return strings.Compare(a.Name, b.Name) })
 	return out
+}
+
+// snapshot returns the registered states; they are never modified, so they are read without the lock.
+func (r *VAPReconciler) snapshot() map[string]*vapState {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.state)
 }
 
 // DiscoveryChanged binds every policy again against the new discovery snapshot.
@@ -243,42 +268,35 @@ func (r *VAPReconciler) DiscoveryChanged() {
 	}
 }
 
-// registerAll refreshes discovery, registers every policy the cache holds and opens the gate.
-func (r *VAPReconciler) registerAll(ctx context.Context) error {
+// listAtStartup reads discovery, which every bind needs, then tells the start-up gate which policies the
+// synced cache holds.
+func (r *VAPReconciler) listAtStartup(ctx context.Context) error {
 	if err := r.Discovery.Refresh(ctx); err != nil {
 		return err
 	}
+	close(r.discovered)
 	policies := &admissionregistrationv1.ValidatingAdmissionPolicyList{}
 	if err := r.Client.List(ctx, policies); err != nil {
 		return fmt.Errorf("listing ValidatingAdmissionPolicies: %w", err)
 	}
-	bindings := &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}
-	if err := r.Client.List(ctx, bindings); err != nil {
-		return fmt.Errorf("listing ValidatingAdmissionPolicyBindings: %w", err)
-	}
-	byPolicy := map[string][]admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-	for _, b := range bindings.Items {
-		byPolicy[b.Spec.PolicyName] = append(byPolicy[b.Spec.PolicyName], b)
-	}
+	names := make([]string, len(policies.Items))
 	for i := range policies.Items {
-		p := &policies.Items[i]
-		if _, err := r.reconcile(ctx, p, byPolicy[p.Name]); err != nil {
-			return err
-		}
+		names[i] = policies.Items[i].Name
 	}
-	r.Gate.Done(VAPSource)
+	r.Startup.Listed(audit.SourceVAP, names)
 	return nil
 }
 
 // SetupWithManager registers the reconciler, the binding index and the start-up registration with mgr.
 func (r *VAPReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Gate == nil {
-		return fmt.Errorf("VAPReconciler needs Client, Registry, Discovery, Params, Namespaces and Gate")
+	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Compile == nil || r.Startup == nil {
+		return fmt.Errorf("VAPReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile and Startup")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	r.rebind = make(chan struct{}, 1)
+	r.discovered = make(chan struct{})
 	r.Discovery.OnChange(r.DiscoveryChanged)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, bindingPolicyField,
 		func(o client.Object) []string {
@@ -290,9 +308,9 @@ func (r *VAPReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 		if !mgr.GetCache().WaitForCacheSync(ctx) {
 			return ctx.Err()
 		}
-		return r.registerAll(ctx)
+		return r.listAtStartup(ctx)
 	})); err != nil {
-		return fmt.Errorf("adding policy start-up registration: %w", err)
+		return fmt.Errorf("adding policy start-up listing: %w", err)
 	}
 	toPolicy := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 		b := o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
@@ -329,5 +347,3 @@ func (r *VAPReconciler) enqueueAllOnRebind(ctx context.Context, q workqueue.Type
 		}
 	}
 }
-
-func policyKeyVAP(name string) string { return "vap/" + name }

@@ -84,9 +84,9 @@ type Result struct {
 // Policy is a compiled source of rules. Compilation happens once, when the policy is built; Evaluate is
 // called for every object of every resource the policy lists and must not panic on any stored object.
 type Policy interface {
-	// Key identifies the policy among every source, e.g. "crd/widgets.example.com". Results are stored and
-	// replaced per (policy key, resource, object).
-	Key() string
+	// Key identifies the policy among every source. Results are stored and replaced per (policy key,
+	// resource, object); each result's Policy is the key's Name.
+	Key() PolicyKey
 	// Resources lists the resources, in the version to read them in, whose objects the policy evaluates.
 	Resources() []schema.GroupVersionResource
 	// Evaluate returns the results for obj, read at gvr. It returns at least one result for every object it

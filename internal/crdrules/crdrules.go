@@ -13,12 +13,6 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// Annotations on a CRD that override the category and severity of its results.
-const (
-	AnnotationCategory = "celaudit.io/category"
-	AnnotationSeverity = "celaudit.io/severity"
-)
-
 // DefaultCategory is the category of results when neither the options nor the CRD name one.
 const DefaultCategory = "CRD Validation"
 
@@ -42,7 +36,7 @@ type Options struct {
 	// Category of the results. Default DefaultCategory; the CRD annotation celaudit.io/category wins.
 	Category string
 	// Severity of the results. Default audit.SeverityMedium; the CRD annotation celaudit.io/severity wins
-	// when it holds one of the PolicyReport severities.
+	// when it holds one of the PolicyReport severities (see audit.ParseAnnotations).
 	Severity string
 }
 
@@ -122,12 +116,9 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, opts Options) *Polic
 	p.name = crd.Name
 	p.group = crd.Spec.Group
 	p.plural = crd.Spec.Names.Plural
-	if c := crd.Annotations[AnnotationCategory]; c != "" {
-		p.category = c
-	}
-	if s := crd.Annotations[AnnotationSeverity]; validSeverity(s) {
-		p.severity = s
-	}
+	ann := audit.ParseAnnotations(crd.Annotations)
+	p.category = ann.CategoryOr(p.category)
+	p.severity = ann.SeverityOr(p.severity)
 	for i := range crd.Spec.Versions {
 		v := &crd.Spec.Versions[i]
 		if !v.Served || v.Schema == nil || v.Schema.OpenAPIV3Schema == nil {
@@ -143,16 +134,8 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, opts Options) *Polic
 	return p
 }
 
-func validSeverity(s string) bool {
-	switch s {
-	case audit.SeverityCritical, audit.SeverityHigh, audit.SeverityMedium, audit.SeverityLow, audit.SeverityInfo:
-		return true
-	}
-	return false
-}
-
-// Key identifies the policy among every source: "crd/" and the CRD name.
-func (p *Policy) Key() string { return "crd/" + p.name }
+// Key identifies the policy among every source.
+func (p *Policy) Key() audit.PolicyKey { return audit.CRDKey(p.name) }
 
 // Resources lists every served version whose schema has validation, sorted by version.
 func (p *Policy) Resources() []schema.GroupVersionResource {

@@ -42,7 +42,7 @@ properties:
 	if got := p.Resources(); !reflect.DeepEqual(got, wantResources) {
 		t.Errorf("Resources() = %v, want %v", got, wantResources)
 	}
-	if got, want := p.Key(), "crd/widgets.example.com"; got != want {
+	if got, want := p.Key(), (audit.PolicyKey{Source: audit.SourceCRD, Name: "widgets.example.com"}); got != want {
 		t.Errorf("Key() = %q, want %q", got, want)
 	}
 
@@ -112,7 +112,7 @@ properties:
 		},
 		{
 			name:         "annotations win over options",
-			crdOpts:      []crdOption{withAnnotations(AnnotationCategory, "Storage", AnnotationSeverity, audit.SeverityHigh)},
+			crdOpts:      []crdOption{withAnnotations(audit.AnnotationCategory, "Storage", audit.AnnotationSeverity, audit.SeverityHigh)},
 			opts:         Options{Category: "Widgets", Severity: audit.SeverityLow},
 			body:         "spec: {size: -1}",
 			wantCategory: "Storage",
@@ -126,7 +126,7 @@ properties:
 		},
 		{
 			name:         "an unknown severity annotation is ignored",
-			crdOpts:      []crdOption{withAnnotations(AnnotationSeverity, "urgent")},
+			crdOpts:      []crdOption{withAnnotations(audit.AnnotationSeverity, "urgent")},
 			body:         "spec: {size: 1}",
 			wantCategory: DefaultCategory,
 			wantSeverity: audit.SeverityMedium,
@@ -408,7 +408,7 @@ func TestBadSchema(t *testing.T) {
 
 	t.Run("nil CRD", func(t *testing.T) {
 		p := Compile(nil, Options{})
-		if p.Key() != "crd/" || len(p.Resources()) != 0 {
+		if p.Key() != (audit.PolicyKey{Source: audit.SourceCRD}) || len(p.Resources()) != 0 {
 			t.Errorf("want an empty policy, got key %q resources %v", p.Key(), p.Resources())
 		}
 		if rs := p.Evaluate(context.Background(), gvr("v1"), widget(t, "spec: {}")); rs != nil {

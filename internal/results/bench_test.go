@@ -16,7 +16,7 @@ import (
 func BenchmarkStoreRetained(b *testing.B) {
 	const objects = 20000
 	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	policies := []string{"vap/a", "vap/b", "vap/c", "crd/d"}
+	policies := []audit.PolicyKey{audit.VAPKey("a"), audit.VAPKey("b"), audit.VAPKey("c"), audit.CRDKey("d")}
 	for range b.N {
 		runtime.GC()
 		var before, after runtime.MemStats
@@ -27,8 +27,8 @@ func BenchmarkStoreRetained(b *testing.B) {
 			uid := types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
 			ref := audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: fmt.Sprintf("cm-%d", i), UID: uid}
 			for _, p := range policies {
-				r := audit.Result{Policy: p[4:], Verdict: audit.Pass, Resource: ref, Properties: map[string]string{"binding": p}}
-				if i%20 == 0 && p == "vap/a" {
+				r := audit.Result{Policy: p.Name, Verdict: audit.Pass, Resource: ref, Properties: map[string]string{"binding": p.Name}}
+				if i%20 == 0 && p == policies[0] {
 					r.Verdict, r.Message = audit.Fail, "configmaps must name an owner"
 				}
 				s.Set(p, ObjectKey{GVR: gvr, UID: uid}, ns, []audit.Result{r})

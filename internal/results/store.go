@@ -137,19 +137,14 @@ type resourceInfo struct {
 	kind       string
 }
 
-type policyInfo struct {
-	key  string
-	name string // the policy name its results carry, for compacted passes
-}
-
 // Store is the in-memory set of current results. It is safe for concurrent use.
 type Store struct {
 	mu         sync.RWMutex
 	byNS       map[string]nsResults
 	gvrs       []resourceInfo
 	gvrIndex   map[schema.GroupVersionResource]uint32
-	policies   []policyInfo
-	policyIdx  map[string]uint32
+	policies   []audit.PolicyKey // by index; compacted passes carry the key's name
+	policyIdx  map[audit.PolicyKey]uint32
 	intern     map[string]string
 	keepPasses bool
 	onChange   func(namespace string)
@@ -168,7 +163,7 @@ func NewStore(onChange func(namespace string), opts ...Option) *Store {
 	s := &Store{
 		byNS:      map[string]nsResults{},
 		gvrIndex:  map[schema.GroupVersionResource]uint32{},
-		policyIdx: map[string]uint32{},
+		policyIdx: map[audit.PolicyKey]uint32{},
 		intern:    map[string]string{},
 		onChange:  onChange,
 	}
@@ -180,7 +175,7 @@ func NewStore(onChange func(namespace string), opts ...Option) *Store {
 
 // Set replaces the results of one policy for one object. An empty list removes them. It reports whether
 // anything changed.
-func (s *Store) Set(policy string, obj ObjectKey, namespace string, res []audit.Result) bool {
+func (s *Store) Set(policy audit.PolicyKey, obj ObjectKey, namespace string, res []audit.Result) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	gi, ok := s.gvrIndex[obj.GVR]
@@ -201,7 +196,7 @@ func (s *Store) Set(policy string, obj ObjectKey, namespace string, res []audit.
 			return false
 		}
 	} else {
-		pi = s.policyLocked(policy, res)
+		pi = s.policyLocked(policy)
 	}
 	cur, had := o.find(pi)
 	next := s.compact(pi, res)
@@ -251,16 +246,13 @@ func (s *Store) addResourceLocked(gvr schema.GroupVersionResource, ref audit.Obj
 	return i
 }
 
-// policyLocked returns the index of policy, recording the name its results carry.
-func (s *Store) policyLocked(policy string, res []audit.Result) uint32 {
+// policyLocked returns the index of policy.
+func (s *Store) policyLocked(policy audit.PolicyKey) uint32 {
 	i, ok := s.policyIdx[policy]
 	if !ok {
 		i = uint32(len(s.policies))
-		s.policies = append(s.policies, policyInfo{key: policy})
+		s.policies = append(s.policies, policy)
 		s.policyIdx[policy] = i
-	}
-	if len(res) > 0 && s.policies[i].name == "" {
-		s.policies[i].name = res[0].Policy
 	}
 	return i
 }
@@ -296,7 +288,7 @@ func (s *Store) DeleteObject(obj ObjectKey, namespace string) {
 }
 
 // DeletePolicy removes every result of a policy, or only those on objects of gvr when gvr is not empty.
-func (s *Store) DeletePolicy(policy string, gvr schema.GroupVersionResource) {
+func (s *Store) DeletePolicy(policy audit.PolicyKey, gvr schema.GroupVersionResource) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	pi, ok := s.policyIdx[policy]
@@ -351,7 +343,7 @@ func (s *Store) Namespace(namespace string) []audit.Result {
 				}
 				ref := audit.ObjectRef{APIVersion: ri.apiVersion, Kind: ri.kind, Namespace: namespace, UID: uid}
 				for i := range p.passes {
-					r := audit.Result{Policy: s.policies[p.policy].name, Verdict: audit.Pass, Resource: ref}
+					r := audit.Result{Policy: s.policies[p.policy].Name, Verdict: audit.Pass, Resource: ref}
 					if i > 0 {
 						r.Rule = "pass-" + strconv.Itoa(int(i)+1)
 					}

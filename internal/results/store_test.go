@@ -50,7 +50,7 @@ func summary(rs []audit.Result) string {
 func TestStore(t *testing.T) {
 	type op func(s *Store) bool
 	set := func(policy, uid, ns string, res ...audit.Result) op {
-		return func(s *Store) bool { return s.Set(policy, key(uid), ns, res) }
+		return func(s *Store) bool { return s.Set(audit.VAPKey(policy), key(uid), ns, res) }
 	}
 	cases := []struct {
 		name        string
@@ -145,16 +145,16 @@ func TestStore(t *testing.T) {
 func TestStoreDeletes(t *testing.T) {
 	s := NewStore(nil)
 	deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	s.Set("p", key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)})
-	s.Set("q", key("a"), "n", []audit.Result{result("n", "a", "q", audit.Fail)})
-	s.Set("p", key("b"), "m", []audit.Result{result("m", "b", "p", audit.Fail)})
-	s.Set("p", ObjectKey{GVR: deploys, UID: "d"}, "m", []audit.Result{result("m", "d", "p", audit.Fail)})
+	s.Set(audit.VAPKey("p"), key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)})
+	s.Set(audit.VAPKey("q"), key("a"), "n", []audit.Result{result("n", "a", "q", audit.Fail)})
+	s.Set(audit.VAPKey("p"), key("b"), "m", []audit.Result{result("m", "b", "p", audit.Fail)})
+	s.Set(audit.VAPKey("p"), ObjectKey{GVR: deploys, UID: "d"}, "m", []audit.Result{result("m", "d", "p", audit.Fail)})
 
-	s.DeletePolicy("p", cms)
+	s.DeletePolicy(audit.VAPKey("p"), cms)
 	if got := summary(s.Namespace("n")) + " | " + summary(s.Namespace("m")); got != "a/q//fail | d/p//fail" {
 		t.Fatalf("after deleting p on configmaps: %q", got)
 	}
-	s.DeletePolicy("p", schema.GroupVersionResource{})
+	s.DeletePolicy(audit.VAPKey("p"), schema.GroupVersionResource{})
 	if got := s.Namespaces(); strings.Join(got, ",") != "n" {
 		t.Fatalf("namespaces after deleting p everywhere: %q", got)
 	}
@@ -171,7 +171,7 @@ func TestStoreRebuildsReferences(t *testing.T) {
 		s := NewStore(nil)
 		deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 		ref := audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "n", Name: "web", UID: uid}
-		s.Set("vap/p", ObjectKey{GVR: deploys, UID: uid}, "n", []audit.Result{{Policy: "p", Verdict: audit.Pass, Resource: ref}})
+		s.Set(audit.VAPKey("p"), ObjectKey{GVR: deploys, UID: uid}, "n", []audit.Result{{Policy: "p", Verdict: audit.Pass, Resource: ref}})
 		got := s.Namespace("n")
 		want := ref
 		want.Name = ""
@@ -199,12 +199,12 @@ func TestStoreManyPolicies(t *testing.T) {
 		if i == 2 {
 			n = 70000 // more than an inline count holds
 		}
-		if !s.Set(fmt.Sprintf("p%d", i), key(uid), "n", passes(n)) {
+		if !s.Set(audit.VAPKey(fmt.Sprintf("p%d", i)), key(uid), "n", passes(n)) {
 			t.Fatalf("setting p%d changed nothing", i)
 		}
 		want += n
 	}
-	s.Set("f", key(uid), "n", []audit.Result{result("n", uid, "f", audit.Fail)})
+	s.Set(audit.VAPKey("f"), key(uid), "n", []audit.Result{result("n", uid, "f", audit.Fail)})
 	check := func(wantPasses int, wantResults string) {
 		t.Helper()
 		res, got := s.NamespaceCounted("n")
@@ -216,20 +216,20 @@ func TestStoreManyPolicies(t *testing.T) {
 		}
 	}
 	check(want, uid+"/f//fail")
-	if s.Set("p2", key(uid), "n", passes(70000)) || s.Set("p6", key(uid), "n", passes(7)) {
+	if s.Set(audit.VAPKey("p2"), key(uid), "n", passes(70000)) || s.Set(audit.VAPKey("p6"), key(uid), "n", passes(7)) {
 		t.Fatal("setting the same passes again reported a change")
 	}
 	for _, i := range []int{0, 6, 2, 4} {
-		if !s.Set(fmt.Sprintf("p%d", i), key(uid), "n", nil) {
+		if !s.Set(audit.VAPKey(fmt.Sprintf("p%d", i)), key(uid), "n", nil) {
 			t.Fatalf("removing p%d changed nothing", i)
 		}
 	}
 	check(2+4+6, uid+"/f//fail") // p1, p3 and p5 are left
-	s.DeletePolicy("f", schema.GroupVersionResource{})
-	s.DeletePolicy("p3", cms)
+	s.DeletePolicy(audit.VAPKey("f"), schema.GroupVersionResource{})
+	s.DeletePolicy(audit.VAPKey("p3"), cms)
 	check(2+6, "")
 	for _, p := range []string{"p1", "p5"} {
-		s.Set(p, key(uid), "n", nil)
+		s.Set(audit.VAPKey(p), key(uid), "n", nil)
 	}
 	if s.Len() != 0 || len(s.Namespaces()) != 0 {
 		t.Fatalf("store not empty: %d objects in %q", s.Len(), s.Namespaces())
@@ -238,15 +238,15 @@ func TestStoreManyPolicies(t *testing.T) {
 
 func TestStoreNamespaceCounted(t *testing.T) {
 	s := NewStore(nil)
-	s.Set("p", key("a"), "n", []audit.Result{result("n", "a", "p", audit.Pass)})
-	s.Set("q", key("a"), "n", []audit.Result{result("n", "a", "q", audit.Pass)})
-	s.Set("p", key("b"), "n", []audit.Result{result("n", "b", "p", audit.Fail)})
-	s.Set("q", key("b"), "n", []audit.Result{result("n", "b", "q", audit.Pass)})
-	s.Set("p", key("c"), "n", []audit.Result{result("n", "c", "p", audit.Warn)})
-	s.Set("p", key("d"), "other", []audit.Result{result("other", "d", "p", audit.Pass)})
+	s.Set(audit.VAPKey("p"), key("a"), "n", []audit.Result{result("n", "a", "p", audit.Pass)})
+	s.Set(audit.VAPKey("q"), key("a"), "n", []audit.Result{result("n", "a", "q", audit.Pass)})
+	s.Set(audit.VAPKey("p"), key("b"), "n", []audit.Result{result("n", "b", "p", audit.Fail)})
+	s.Set(audit.VAPKey("q"), key("b"), "n", []audit.Result{result("n", "b", "q", audit.Pass)})
+	s.Set(audit.VAPKey("p"), key("c"), "n", []audit.Result{result("n", "c", "p", audit.Warn)})
+	s.Set(audit.VAPKey("p"), key("d"), "other", []audit.Result{result("other", "d", "p", audit.Pass)})
 	// The same object read in another version of its resource.
 	v2 := ObjectKey{GVR: schema.GroupVersionResource{Version: "v2", Resource: "configmaps"}, UID: "a"}
-	s.Set("p", v2, "n", []audit.Result{result("n", "a", "p", audit.Pass)})
+	s.Set(audit.VAPKey("p"), v2, "n", []audit.Result{result("n", "a", "p", audit.Pass)})
 
 	results, passes := s.NamespaceCounted("n")
 	if got := summary(results); got != "b/p//fail c/p//warn" {

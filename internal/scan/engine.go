@@ -2,7 +2,6 @@ package scan
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"sort"
 	"sync"
@@ -14,14 +13,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/results"
 )
 
 // Sink receives the results of evaluations. *results.Store implements it.
 type Sink interface {
-	Set(policy string, obj results.ObjectKey, namespace string, res []audit.Result) bool
+	Set(policy audit.PolicyKey, obj results.ObjectKey, namespace string, res []audit.Result) bool
 	DeleteObject(obj results.ObjectKey, namespace string)
-	DeletePolicy(policy string, gvr schema.GroupVersionResource)
+	DeletePolicy(policy audit.PolicyKey, gvr schema.GroupVersionResource)
 }
 
 var _ Sink = &results.Store{}
@@ -53,7 +53,7 @@ type Options struct {
 	// the keys of the policies covering them, so that the caller can tell users where they look. It is called
 	// when the error first occurs and again each time its text changes, not on every retry, and with a nil
 	// error once the resource is readable again.
-	OnReadError func(gvr schema.GroupVersionResource, policies []string, err error)
+	OnReadError func(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error)
 }
 
 func (o *Options) defaults() {
@@ -94,7 +94,7 @@ type Engine struct {
 
 	mu       sync.Mutex
 	ctx      context.Context
-	policies map[string]audit.Policy
+	policies map[audit.PolicyKey]audit.Policy
 	byGVR    map[schema.GroupVersionResource][]audit.Policy // sorted by key; replaced, never modified
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
@@ -111,7 +111,7 @@ func New(client Client, sink Sink, log logr.Logger, opts Options) *Engine {
 		sleep:    sleep,
 		pages:    make(chan struct{}, opts.PagesInFlight),
 		released: make(chan struct{}),
-		policies: map[string]audit.Policy{},
+		policies: map[audit.PolicyKey]audit.Policy{},
 		byGVR:    map[schema.GroupVersionResource][]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
 	}
@@ -184,7 +184,7 @@ func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
 }
 
 // RemovePolicy removes a policy and every result it produced.
-func (e *Engine) RemovePolicy(key string) {
+func (e *Engine) RemovePolicy(key audit.PolicyKey) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.policies[key]
@@ -206,7 +206,7 @@ func (e *Engine) RemovePolicy(key string) {
 // Namespace object of that name, whose admission request carries its own name as namespace (so a
 // namespaceSelector and namespace-scoped params apply to it). Other cluster-scoped objects are in no
 // namespace and are left alone.
-func (e *Engine) Rescan(key, namespace string) {
+func (e *Engine) Rescan(key audit.PolicyKey, namespace string) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	p := e.policies[key]
@@ -243,13 +243,6 @@ func isNamespaces(gvr schema.GroupVersionResource) bool {
 	return gvr.Group == "" && gvr.Resource == "namespaces"
 }
 
-// Policy returns the policy registered under key, or nil.
-func (e *Engine) Policy(key string) audit.Policy {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.policies[key]
-}
-
 // Synced reports whether every watcher has read its resource once and has no rescan pending, i.e. whether
 // the results reflect every object under every registered policy.
 func (e *Engine) Synced() bool {
@@ -263,22 +256,10 @@ func (e *Engine) Synced() bool {
 	return true
 }
 
-// Resources returns the resources being watched, sorted.
-func (e *Engine) Resources() []schema.GroupVersionResource {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]schema.GroupVersionResource, 0, len(e.watchers))
-	for gvr := range e.watchers {
-		out = append(out, gvr)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
-	return out
-}
-
 // policiesFor returns the policies covering gvr, sorted by key, restricted to keys when keys is not nil. It
 // runs for every watch event, so it reads the index rather than asking every policy for its resources. The
 // unrestricted slice is shared: callers must not modify it.
-func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys map[string]bool) []audit.Policy {
+func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys policySet) []audit.Policy {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	all := e.byGVR[gvr]
@@ -296,7 +277,7 @@ func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys map[string]bo
 
 // indexLocked records that p covers gvr under key, or that key no longer does when p is nil. Slices are
 // replaced, never modified, since policiesFor hands them out.
-func (e *Engine) indexLocked(gvr schema.GroupVersionResource, key string, p audit.Policy) {
+func (e *Engine) indexLocked(gvr schema.GroupVersionResource, key audit.PolicyKey, p audit.Policy) {
 	cur := e.byGVR[gvr]
 	next := make([]audit.Policy, 0, len(cur)+1)
 	for _, x := range cur {
@@ -306,7 +287,7 @@ func (e *Engine) indexLocked(gvr schema.GroupVersionResource, key string, p audi
 	}
 	if p != nil {
 		next = append(next, p)
-		sort.Slice(next, func(i, j int) bool { return next[i].Key() < next[j].Key() })
+		sort.Slice(next, func(i, j int) bool { return next[i].Key().Less(next[j].Key()) })
 	}
 	if len(next) == 0 {
 		delete(e.byGVR, gvr)
@@ -341,46 +322,25 @@ func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
 	}
 }
 
-// evaluate runs policies on obj and hands the results to the sink. A panic in a policy becomes an error
-// result for that policy, so one bad rule never stops the audit.
-//
-// The results of a Secret are redacted of its values first, whatever policy produced them: policies withhold
-// what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
-// for it.
+// evaluate runs policies on obj, through the one evaluation path every front end shares, and hands the
+// results to the sink.
 func (e *Engine) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
 	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
-	var redactor *audit.Redactor // nil redacts nothing
-	if gvr.Group == "" && gvr.Resource == "secrets" {
-		redactor = audit.NewSecretRedactor(obj.Object)
-	}
+	o := engine.NewObject(gvr, obj)
 	for _, p := range policies {
-		res := safeEvaluate(ctx, p, gvr, obj)
-		redactor.Redact(res)
-		e.sink.Set(p.Key(), key, obj.GetNamespace(), res)
+		e.sink.Set(p.Key(), key, obj.GetNamespace(), o.Evaluate(ctx, p))
 	}
 }
 
-func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (res []audit.Result) {
-	defer func() {
-		if r := recover(); r != nil {
-			res = []audit.Result{{
-				Policy:   policyName(p.Key()),
-				Verdict:  audit.Error,
-				Message:  fmt.Sprintf("internal error evaluating the policy: %v", r),
-				Resource: audit.RefOf(obj),
-			}}
-		}
-	}()
-	return p.Evaluate(ctx, gvr, obj)
-}
+// policySet is a set of policy keys.
+type policySet = map[audit.PolicyKey]bool
 
-func policyName(key string) string {
-	for i := range key {
-		if key[i] == '/' {
-			return key[i+1:]
-		}
+func policyStrings(keys []audit.PolicyKey) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = k.String()
 	}
-	return key
+	return out
 }
 
 func (e *Engine) deleteObject(gvr schema.GroupVersionResource, uid types.UID, namespace string) {

@@ -52,7 +52,7 @@ type keyPolicy struct {
 	calls atomic.Int64
 }
 
-func (p *keyPolicy) Key() string { return "test/" + p.name }
+func (p *keyPolicy) Key() audit.PolicyKey { return audit.PolicyKey{Source: "test", Name: p.name} }
 func (p *keyPolicy) Resources() []schema.GroupVersionResource {
 	return []schema.GroupVersionResource{configMaps}
 }

@@ -48,7 +48,7 @@ type gatePolicy struct {
 	calls   atomic.Int64
 }
 
-func (p *gatePolicy) Key() string { return "test/gate" }
+func (p *gatePolicy) Key() audit.PolicyKey { return audit.PolicyKey{Source: "test", Name: "gate"} }
 func (p *gatePolicy) Resources() []schema.GroupVersionResource {
 	return []schema.GroupVersionResource{configMaps}
 }

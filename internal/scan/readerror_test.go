@@ -116,7 +116,7 @@ func TestEngineKeepsReadErrorCurrent(t *testing.T) {
 		logLines = append(logLines, args)
 	}, funcr.Options{})
 	opts := scan.Options{Backoff: 20 * time.Millisecond, MaxBackoff: 20 * time.Millisecond}
-	opts.OnReadError = func(gvr schema.GroupVersionResource, policies []string, err error) {
+	opts.OnReadError = func(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		msg := "readable"
@@ -198,7 +198,9 @@ var (
 	clusterRolesGVR = schema.GroupVersionResource{Group: "rbac.authorization.k8s.io", Version: "v1", Resource: "clusterroles"}
 )
 
-func (p *namespacedPolicy) Key() string { return "test/scoped" }
+func (p *namespacedPolicy) Key() audit.PolicyKey {
+	return audit.PolicyKey{Source: "test", Name: "scoped"}
+}
 func (p *namespacedPolicy) Resources() []schema.GroupVersionResource {
 	return []schema.GroupVersionResource{namespacesGVR, configMaps, clusterRolesGVR}
 }

@@ -23,7 +23,7 @@ var secrets = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
 // a policy that fails to withhold what it reads.
 type quotingPolicy struct{}
 
-func (quotingPolicy) Key() string { return "test/quoting" }
+func (quotingPolicy) Key() audit.PolicyKey { return audit.PolicyKey{Source: "test", Name: "quoting"} }
 func (quotingPolicy) Resources() []schema.GroupVersionResource {
 	return []schema.GroupVersionResource{secrets, configMaps}
 }

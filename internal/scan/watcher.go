@@ -67,7 +67,7 @@ type watcher struct {
 	cancel context.CancelFunc // guarded by engine.mu
 
 	mu      sync.Mutex
-	pending map[string]map[string]bool // policy key -> namespaces to rescan ("" = all)
+	pending map[audit.PolicyKey]map[string]bool // policy -> namespaces to rescan ("" = all)
 	listed  bool
 	busy    bool
 	wake    chan struct{}
@@ -88,13 +88,13 @@ func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
 	return &watcher{
 		engine:  e,
 		gvr:     gvr,
-		pending: map[string]map[string]bool{},
+		pending: map[audit.PolicyKey]map[string]bool{},
 		wake:    make(chan struct{}, 1),
 		nsIndex: map[string]uint32{},
 	}
 }
 
-func (w *watcher) requestRescan(policy, namespace string) {
+func (w *watcher) requestRescan(policy audit.PolicyKey, namespace string) {
 	w.mu.Lock()
 	ns := w.pending[policy]
 	if ns == nil {
@@ -118,10 +118,10 @@ func (w *watcher) idle() bool {
 }
 
 // takePending returns the pending rescans and marks the watcher busy until done is called.
-func (w *watcher) takePending() (all map[string]bool, byNS map[string]map[string]bool) {
+func (w *watcher) takePending() (all policySet, byNS map[string]policySet) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	all, byNS = map[string]bool{}, map[string]map[string]bool{}
+	all, byNS = policySet{}, map[string]policySet{}
 	for policy, nss := range w.pending {
 		for ns := range nss {
 			if ns == "" {
@@ -129,12 +129,12 @@ func (w *watcher) takePending() (all map[string]bool, byNS map[string]map[string
 				continue
 			}
 			if byNS[ns] == nil {
-				byNS[ns] = map[string]bool{}
+				byNS[ns] = policySet{}
 			}
 			byNS[ns][policy] = true
 		}
 	}
-	w.pending = map[string]map[string]bool{}
+	w.pending = map[audit.PolicyKey]map[string]bool{}
 	w.busy = true
 	return all, byNS
 }
@@ -225,7 +225,7 @@ func (e *Engine) backoff(failures int) time.Duration {
 }
 
 // requeue puts back rescans that could not be done.
-func (w *watcher) requeue(all map[string]bool, byNS map[string]map[string]bool) {
+func (w *watcher) requeue(all policySet, byNS map[string]policySet) {
 	for p := range all {
 		w.requestRescan(p, "")
 	}
@@ -240,7 +240,7 @@ func (w *watcher) requeue(all map[string]bool, byNS map[string]map[string]bool) 
 // last read are evaluated with every policy; unchanged ones only with the policies in rescan. Objects that
 // were known in that scope but are gone lose their results. A cluster-wide list also moves the watch start to
 // the list's resourceVersion.
-func (w *watcher) list(ctx context.Context, namespace string, rescan map[string]bool) error {
+func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) error {
 	e := w.engine
 	every := e.policiesFor(w.gvr, nil)
 	only := e.policiesFor(w.gvr, rescan)
@@ -487,14 +487,14 @@ func (w *watcher) setReadError(err error) {
 		w.mu.Unlock()
 	}()
 	policies := w.engine.policiesFor(w.gvr, nil)
-	keys := make([]string, len(policies))
+	keys := make([]audit.PolicyKey, len(policies))
 	key := results.ObjectKey{GVR: w.gvr}
 	for i, p := range policies {
 		keys[i] = p.Key()
 		var res []audit.Result
 		if err != nil {
 			res = []audit.Result{{
-				Policy:  policyName(p.Key()),
+				Policy:  p.Key().Name,
 				Verdict: audit.Error,
 				Message: msg,
 				Properties: map[string]string{
@@ -504,7 +504,7 @@ func (w *watcher) setReadError(err error) {
 		}
 		w.engine.sink.Set(p.Key(), key, "", res)
 	}
-	log := w.engine.log.WithValues("resource", w.gvr.String(), "policies", keys)
+	log := w.engine.log.WithValues("resource", w.gvr.String(), "policies", policyStrings(keys))
 	if err != nil {
 		log.Info("Cannot read the resource: its objects are not audited until it can be read; retrying with backoff", "err", err.Error())
 	} else {

@@ -2,7 +2,6 @@ package vap
 
 import (
 	"fmt"
-	"strings"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -75,11 +74,10 @@ type validationInfo struct {
 	reads, messageReads exposure
 }
 
-// CacheKey identifies what CompilePolicy depends on: the policy's uid and generation, and the annotations that
-// set category and severity (annotations do not change the generation).
+// CacheKey identifies what CompilePolicy depends on: the policy's uid and generation, and its celaudit
+// annotations, which set category and severity or ask for a rescan (annotations do not change the generation).
 func CacheKey(policy *admissionregistrationv1.ValidatingAdmissionPolicy) string {
-	return fmt.Sprintf("%s/%d/%q/%q", policy.UID, policy.Generation,
-		policy.Annotations[AnnotationCategory], policy.Annotations[AnnotationSeverity])
+	return fmt.Sprintf("%s/%d/%q", policy.UID, policy.Generation, audit.ParseAnnotations(policy.Annotations).Signature)
 }
 
 // CompilePolicy compiles policy as the apiserver's ValidatingAdmissionPolicy plugin does (compilePolicy in
@@ -263,9 +261,6 @@ func isSecret(gvk schema.GroupVersionKind) bool {
 	return gvk.Group == "" && gvk.Version == "v1" && gvk.Kind == "Secret"
 }
 
-// Name returns the policy's name.
-func (c *Compiled) Name() string { return c.policy.Name }
-
 // defaultPolicy returns a copy of policy with the apiserver's defaults applied (policies read from the API are
 // already defaulted; others, e.g. from files, may not be, and nil selectors would match nothing).
 func defaultPolicy(in *admissionregistrationv1.ValidatingAdmissionPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
@@ -311,31 +306,17 @@ func defaultMatchResources(m *admissionregistrationv1.MatchResources) {
 }
 
 func categoryOf(policy *admissionregistrationv1.ValidatingAdmissionPolicy, opts Options) string {
-	if c := strings.TrimSpace(policy.Annotations[AnnotationCategory]); c != "" {
-		return c
-	}
 	if opts.Category != "" {
-		return opts.Category
+		return audit.ParseAnnotations(policy.Annotations).CategoryOr(opts.Category)
 	}
-	return DefaultCategory
+	return audit.ParseAnnotations(policy.Annotations).CategoryOr(DefaultCategory)
 }
 
 // severityOf returns the policy's severity annotation when it is one the PolicyReport API allows.
 func severityOf(policy *admissionregistrationv1.ValidatingAdmissionPolicy, opts Options) string {
-	if s, ok := validSeverity(policy.Annotations[AnnotationSeverity]); ok {
-		return s
+	def, ok := audit.ParseSeverity(opts.Severity)
+	if !ok {
+		def = audit.SeverityMedium
 	}
-	if s, ok := validSeverity(opts.Severity); ok {
-		return s
-	}
-	return audit.SeverityMedium
-}
-
-func validSeverity(s string) (string, bool) {
-	s = strings.ToLower(strings.TrimSpace(s))
-	switch s {
-	case audit.SeverityCritical, audit.SeverityHigh, audit.SeverityMedium, audit.SeverityLow, audit.SeverityInfo:
-		return s, true
-	}
-	return "", false
+	return audit.ParseAnnotations(policy.Annotations).SeverityOr(def)
 }

@@ -64,12 +64,6 @@ type Deps struct {
 	Resolver   ResourceResolver
 }
 
-// Annotations on a ValidatingAdmissionPolicy that set the category and severity of its results.
-const (
-	AnnotationCategory = "celaudit.io/category"
-	AnnotationSeverity = "celaudit.io/severity"
-)
-
 // DefaultCategory is the category of results of policies without the category annotation.
 const DefaultCategory = "ValidatingAdmissionPolicy"
 

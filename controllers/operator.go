@@ -1,0 +1,303 @@
+package controllers
+
+import (
+	"fmt"
+	"net/http"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/engine"
+	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/scan"
+	"github.com/celaudit/celaudit/internal/vap"
+)
+
+// Scheme returns the scheme of every type celaudit reads with a typed client.
+func Scheme() *k8sruntime.Scheme {
+	s := k8sruntime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(apiextensionsv1.AddToScheme(s))
+	utilruntime.Must(v1alpha2.AddToScheme(s))
+	return s
+}
+
+// Operator is a wired celaudit: run it with Start.
+type Operator struct {
+	ctrl.Manager
+	// Settled reports whether every policy is registered, every audited resource has been read and no rescan
+	// is pending. Reports are written once it has been true.
+	Settled func() bool
+	// Results holds the current results.
+	Results *results.Store
+}
+
+// NewOperator wires celaudit: the manager, the result store, the scan engine and every reconciler.
+func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
+	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg)}
+	for _, step := range []func() error{
+		w.newManager,      // the manager and its cache: policies, params, namespaces and celaudit's own reports
+		w.newStore,        // the current results, and what tells the report reconciler which namespaces changed
+		w.newScan,         // discovery, and the engine that reads audited resources and evaluates their objects
+		w.setupCRDs,       // one compiled policy per audited CRD
+		w.setupVAPs,       // one bound policy per ValidatingAdmissionPolicy, its params and bindings
+		w.setupNamespaces, // rescans within a namespace whose labels changed
+		w.setupReports,    // the PolicyReports, written when the results change
+		w.addChecks,       // health, and readiness once the first audit is done
+	} {
+		if err := step(); err != nil {
+			return nil, err
+		}
+	}
+	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store}, nil
+}
+
+// wiring holds the parts of an operator while NewOperator connects them.
+type wiring struct {
+	opts     Options
+	cfg      *rest.Config
+	log      logr.Logger
+	verdicts []audit.Verdict
+	mgr      ctrl.Manager
+	events   EventRecorder
+
+	store     *results.Store
+	notifier  *Notifier
+	discovery *Discovery
+	refresher *Refresher
+	scan      *scan.Engine
+	startup   *startupGate
+	vaps      *VAPReconciler
+	audited   atomic.Bool // the first audit is done
+}
+
+func (w *wiring) newManager() error {
+	var err error
+	if w.verdicts, err = w.opts.verdicts(); err != nil {
+		return err
+	}
+	w.cfg.QPS, w.cfg.Burst = w.opts.QPS, w.opts.Burst
+	w.log = w.opts.Logger
+	if w.log.GetSink() == nil {
+		w.log = ctrl.Log
+	}
+	managed := labels.SelectorFromSet(labels.Set{report.ManagedByLabel: report.ManagedByValue})
+	w.mgr, err = ctrl.NewManager(w.cfg, ctrl.Options{
+		Scheme:                  Scheme(),
+		Logger:                  w.log,
+		Metrics:                 metricsserver.Options{BindAddress: w.opts.MetricsAddr},
+		HealthProbeBindAddress:  w.opts.ProbeAddr,
+		LeaderElection:          w.opts.LeaderElect,
+		LeaderElectionID:        "celaudit.celaudit.io",
+		LeaderElectionNamespace: w.opts.LeaderElectionNS,
+		Cache: cache.Options{
+			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
+			// managedFields, often the largest part of a small object.
+			DefaultTransform: cache.TransformStripManagedFields(),
+			ByObject: map[client.Object]cache.ByObject{
+				// Only our own reports are cached: other tools' reports can be large and are none of our business.
+				// Ours are kept compacted: a digest of their content instead of their results.
+				&v1alpha2.PolicyReport{}:        {Label: managed, Transform: report.ForCache},
+				&v1alpha2.ClusterPolicyReport{}: {Label: managed, Transform: report.ForCache},
+			}},
+		PprofBindAddress: w.opts.PprofAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("creating manager: %w", err)
+	}
+	w.events = w.mgr.GetEventRecorder("celaudit")
+	return nil
+}
+
+func (w *wiring) newStore() error {
+	w.notifier = NewNotifier()
+	w.store = results.NewStore(w.notifier.Notify, results.KeepPasses(slices.Contains(w.verdicts, audit.Pass)))
+	return nil
+}
+
+func (w *wiring) newScan() error {
+	disc, err := discovery.NewDiscoveryClientForConfig(w.cfg)
+	if err != nil {
+		return fmt.Errorf("creating discovery client: %w", err)
+	}
+	w.discovery = NewDiscovery(disc)
+	w.refresher = &Refresher{Discovery: w.discovery, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
+	if err := w.mgr.Add(w.refresher); err != nil {
+		return fmt.Errorf("adding discovery refresher: %w", err)
+	}
+	reader, err := scan.NewClient(w.cfg, w.mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("creating the audit client: %w", err)
+	}
+	readErrors := &ReadErrorEvents{Reader: w.mgr.GetClient(), Recorder: w.events, Log: w.log.WithName("events")}
+	w.scan = scan.New(reader, w.store, w.log.WithName("scan"), scan.Options{
+		PageSize:    w.opts.PageSize,
+		Workers:     w.opts.Workers,
+		Backoff:     w.opts.ReadBackoff,
+		Namespaced:  w.discovery.Namespaced,
+		OnReadError: readErrors.ReadError,
+	})
+	if err := w.mgr.Add(w.scan); err != nil {
+		return fmt.Errorf("adding scan engine: %w", err)
+	}
+	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
+	w.startup = newStartupGate(audit.SourceCRD, audit.SourceVAP)
+	w.startup.OnOpen(w.scan.Release)
+	return nil
+}
+
+func (w *wiring) setupCRDs() error {
+	compiler := engine.Compiler{}
+	excluded := w.opts.excludedGroups()
+	err := (&CRDReconciler{
+		Client:   w.mgr.GetClient(),
+		Registry: w.scan,
+		Compile:  compiler.CRD,
+		Audited:  func(crd *apiextensionsv1.CustomResourceDefinition) bool { return !excluded[crd.Spec.Group] },
+		Resync:   w.opts.ResyncPeriod,
+		Startup:  w.startup,
+		Changed:  w.refresher.Trigger,
+	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
+	if err != nil {
+		return fmt.Errorf("setting up CRD controller: %w", err)
+	}
+	return nil
+}
+
+func (w *wiring) setupVAPs() error {
+	namespaces, err := newCachedNamespaces(w.mgr.GetCache())
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfigAndClient(w.cfg, w.mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("creating dynamic client: %w", err)
+	}
+	compile := w.opts.compileVAP
+	if compile == nil {
+		compile = vap.CompilePolicy
+	}
+	w.vaps = &VAPReconciler{
+		Client:     w.mgr.GetClient(),
+		Registry:   w.scan,
+		Discovery:  w.discovery,
+		Namespaces: namespaces,
+		Compile: func(p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+			return compile(p, engine.Compiler{}.VAPOptions)
+		},
+		Resync:  w.opts.ResyncPeriod,
+		Startup: w.startup,
+	}
+	w.vaps.Params = NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.ParamsChanged)
+	if err := w.mgr.Add(w.vaps.Params); err != nil {
+		return fmt.Errorf("adding param source: %w", err)
+	}
+	if err := w.vaps.SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers)); err != nil {
+		return fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
+	}
+	return nil
+}
+
+func (w *wiring) setupNamespaces() error {
+	err := (&NamespaceReconciler{
+		Client:     w.mgr.GetClient(),
+		Registry:   w.scan,
+		Dependents: w.vaps.NamespaceDependents,
+		Since:      time.Now(),
+	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
+	if err != nil {
+		return fmt.Errorf("setting up namespace controller: %w", err)
+	}
+	return nil
+}
+
+// settled reports whether every policy is registered and the scan has read everything they cover.
+func (w *wiring) settled() bool { return w.startup.Open() && w.scan.Synced() }
+
+// firstAuditDone reports whether the first audit is done. Only the first audit holds reports back: later
+// rescans (a policy edit, a resync) update results in place, and holding every namespace's writes until
+// they finish would delay unrelated changes.
+func (w *wiring) firstAuditDone() bool {
+	if w.audited.Load() {
+		return true
+	}
+	if w.settled() {
+		w.audited.Store(true)
+		return true
+	}
+	return false
+}
+
+func (w *wiring) setupReports() error {
+	writes := newReportWrites()
+	// Registration fails when several operators share a process (tests); metrics then stay with the first.
+	_ = metrics.Registry.Register(writes)
+	_ = metrics.Registry.Register(newResultCollector(w.store))
+	o := w.opts
+	err := (&ReportReconciler{
+		Client:     w.mgr.GetClient(),
+		APIReader:  w.mgr.GetAPIReader(),
+		Events:     w.events,
+		Results:    w.store,
+		Ready:      w.firstAuditDone,
+		Notifier:   w.notifier,
+		Options:    report.Options{ListVerdicts: w.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
+		Coalesce:   o.ReportCoalesce,
+		Writes:     writes,
+		Rescanning: func() bool { return !w.scan.Synced() },
+	}).SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers))
+	if err != nil {
+		return fmt.Errorf("setting up report controller: %w", err)
+	}
+	return nil
+}
+
+func (w *wiring) addChecks() error {
+	if err := w.mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding health check: %w", err)
+	}
+	if err := w.mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return fmt.Errorf("adding readiness check: %w", err)
+	}
+	err := w.mgr.AddReadyzCheck("audit", func(*http.Request) error {
+		if !w.firstAuditDone() {
+			return fmt.Errorf("first audit in progress")
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("adding audit readiness check: %w", err)
+	}
+	return nil
+}
+
+func (w *wiring) controllerOptions(workers int) func(*ctrl.Builder) *ctrl.Builder {
+	return func(b *ctrl.Builder) *ctrl.Builder {
+		return b.WithOptions(controller.Options{
+			MaxConcurrentReconciles: max(1, workers),
+			SkipNameValidation:      ptr.To(w.opts.SkipControllerChecks),
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package controllers
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/vap"
+)
+
+// Options are celaudit's settings; BindFlags exposes them as command-line flags.
+type Options struct {
+	MetricsAddr          string
+	ProbeAddr            string
+	LeaderElect          bool
+	LeaderElectionNS     string
+	ResyncPeriod         time.Duration
+	Workers              int
+	PageSize             int64
+	QPS                  float32
+	Burst                int
+	ReportVerdicts       string
+	MaxResultsPerReport  int
+	MaxReportBytes       int
+	ReportCoalesce       time.Duration
+	ReportWorkers        int
+	ExcludeCRDGroups     string
+	PprofAddr            string
+	SkipControllerChecks bool // tests start several managers in one process
+	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
+	// further failure, up to 5 minutes. Not a flag: tests shorten it.
+	ReadBackoff time.Duration
+	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
+	Logger logr.Logger
+
+	// compileVAP compiles a ValidatingAdmissionPolicy; tests wrap it to hold a compile back.
+	compileVAP func(*admissionregistrationv1.ValidatingAdmissionPolicy, vap.Options) *vap.Compiled
+}
+
+// float32Value is a flag.Value for a float32, which the flag package lacks.
+type float32Value float32
+
+func (v *float32Value) String() string { return strconv.FormatFloat(float64(*v), 'g', -1, 32) }
+
+func (v *float32Value) Set(s string) error {
+	f, err := strconv.ParseFloat(s, 32)
+	if err != nil {
+		return fmt.Errorf("invalid number %q: %w", s, err)
+	}
+	*v = float32Value(f)
+	return nil
+}
+
+// DefaultOptions returns the defaults of every flag.
+func DefaultOptions() Options {
+	return Options{
+		MetricsAddr:    ":8080",
+		ProbeAddr:      ":8081",
+		ResyncPeriod:   time.Hour,
+		Workers:        runtime.NumCPU(),
+		PageSize:       500,
+		QPS:            50,
+		Burst:          400,
+		ReportVerdicts: "fail,warn,error,skip",
+		MaxReportBytes: report.DefaultMaxReportBytes,
+		// A change rewrites the chunk holding its object: small chunks keep each write, whose API server
+		// cost grows with its size, to a few tens of KB.
+		MaxResultsPerReport: 32,
+		ReportCoalesce:      time.Second,
+		// The first audit and a policy edit write hundreds of chunks at once; each write waits on the API
+		// server far longer than it takes to build, so more writers than cores keep it busy.
+		ReportWorkers:    8,
+		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
+	}
+}
+
+// BindFlags registers the options as flags on fs.
+func (o *Options) BindFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "Address of the health and readiness probes.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader, so that only one replica audits and writes reports.")
+	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", o.LeaderElectionNS, "Namespace of the leader election lease (default: the pod's namespace).")
+	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Interval of the periodic full re-evaluation of every policy; 0 disables it. Unchanged results cause no writes.")
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Objects evaluated in parallel.")
+	fs.Int64Var(&o.PageSize, "page-size", o.PageSize, "Limit of each paginated LIST of audited objects.")
+	fs.Var((*float32Value)(&o.QPS), "kube-api-qps", "Queries per second to the API server.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst of queries to the API server; the first audit writes every report at once.")
+	fs.StringVar(&o.ReportVerdicts, "report-results", o.ReportVerdicts, "Comma-separated verdicts listed in reports (pass,fail,warn,error,skip); the summary always counts all of them.")
+	fs.IntVar(&o.MaxResultsPerReport, "max-results-per-report", o.MaxResultsPerReport, "Split a namespace's report into chunks of at most this many listed results (a change rewrites only its chunk); 0 splits by size only.")
+	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
+	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Least time between two writes of a namespace's reports; a change is written at once, later ones within this time are batched.")
+	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; a first audit or a policy edit writes many report chunks at once.")
+	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
+	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
+}
+
+// excludedGroups returns the API groups whose CRDs are not audited.
+func (o Options) excludedGroups() map[string]bool {
+	out := map[string]bool{}
+	for _, g := range strings.Split(o.ExcludeCRDGroups, ",") {
+		if g = strings.TrimSpace(g); g != "" {
+			out[g] = true
+		}
+	}
+	return out
+}
+
+func (o Options) verdicts() ([]audit.Verdict, error) {
+	var out []audit.Verdict
+	for _, s := range strings.Split(o.ReportVerdicts, ",") {
+		switch v := audit.Verdict(strings.TrimSpace(s)); v {
+		case audit.Pass, audit.Fail, audit.Warn, audit.Error, audit.Skip:
+			out = append(out, v)
+		case "":
+		default:
+			return nil, fmt.Errorf("unknown verdict %q in --report-results", s)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,37 @@
+package audit
+
+// PolicySource names the kind of object a policy is compiled from.
+type PolicySource string
+
+// The sources of policies celaudit audits.
+const (
+	// SourceCRD is a CustomResourceDefinition's validation: its OpenAPI schema and x-kubernetes-validations.
+	SourceCRD PolicySource = "crd"
+	// SourceVAP is a ValidatingAdmissionPolicy with its bindings.
+	SourceVAP PolicySource = "vap"
+)
+
+// PolicyKey identifies a policy among every source, from compilation to report: a CRD and a
+// ValidatingAdmissionPolicy may share a name, so the name alone does not. Results carry the name; the
+// key is what the scan, the result store and the reconcilers index by.
+type PolicyKey struct {
+	Source PolicySource
+	Name   string
+}
+
+// CRDKey is the key of the policy of the CRD named name.
+func CRDKey(name string) PolicyKey { return PolicyKey{Source: SourceCRD, Name: name} }
+
+// VAPKey is the key of the policy of the ValidatingAdmissionPolicy named name.
+func VAPKey(name string) PolicyKey { return PolicyKey{Source: SourceVAP, Name: name} }
+
+// String returns the key as source/name, for logs and sorting.
+func (k PolicyKey) String() string { return string(k.Source) + "/" + k.Name }
+
+// Less orders keys by source, then name.
+func (k PolicyKey) Less(o PolicyKey) bool {
+	if k.Source != o.Source {
+		return k.Source < o.Source
+	}
+	return k.Name < o.Name
+}

@@ -1,0 +1,155 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/crdrules"
+	"github.com/celaudit/celaudit/internal/vap"
+)
+
+// Views are what policies read besides the object they judge. Resources is required to bind a
+// ValidatingAdmissionPolicy; Namespaces serves namespaceSelectors and the namespaceObject variable; Params
+// serves param objects. A missing view turns the evaluations that need it into error results.
+type Views struct {
+	Resources  vap.ResourceResolver
+	Namespaces vap.NamespaceGetter
+	Params     vap.ParamSource
+}
+
+// Compiler compiles policy objects into audit policies. Its zero value compiles as the kube-apiserver
+// linked into celaudit does.
+type Compiler struct {
+	CRDOptions crdrules.Options
+	VAPOptions vap.Options
+}
+
+// CRD compiles the validation of a CustomResourceDefinition: every served version's schema and rules.
+func (c Compiler) CRD(crd *apiextensionsv1.CustomResourceDefinition) audit.Policy {
+	return crdrules.Compile(crd, c.CRDOptions)
+}
+
+// VAP compiles a ValidatingAdmissionPolicy once; Bind binds it (again whenever bindings or the served
+// resources change) without compiling again.
+func (c Compiler) VAP(policy *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+	return vap.CompilePolicy(policy, c.VAPOptions)
+}
+
+// Bind binds a compiled ValidatingAdmissionPolicy to its bindings (others are ignored) and to views.
+func Bind(compiled *vap.Compiled, bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, views Views) *vap.Policy {
+	return compiled.Bind(bindings, vap.Deps{Resolver: views.Resources, Namespaces: views.Namespaces, Params: views.Params})
+}
+
+// Evaluate returns the results of policy p on obj, read at gvr. It never panics: a panic in a policy
+// becomes an error result of that policy, so one bad rule never stops an audit.
+//
+// The results on a Secret are redacted of its values, whatever policy produced them: policies withhold
+// what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
+// for it.
+func Evaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	return NewObject(gvr, obj).Evaluate(ctx, p)
+}
+
+// Object is one object to evaluate with several policies: what evaluating a Secret needs is prepared once.
+type Object struct {
+	gvr      schema.GroupVersionResource
+	obj      *unstructured.Unstructured
+	redactor *audit.Redactor // nil redacts nothing
+}
+
+// NewObject prepares obj, read at gvr, for evaluation.
+func NewObject(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) Object {
+	o := Object{gvr: gvr, obj: obj}
+	if gvr.Group == "" && gvr.Resource == "secrets" {
+		o.redactor = audit.NewSecretRedactor(obj.Object)
+	}
+	return o
+}
+
+// Evaluate returns the results of p on the object; see the package function Evaluate.
+func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
+	res := safeEvaluate(ctx, p, o.gvr, o.obj)
+	o.redactor.Redact(res)
+	return res
+}
+
+func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (res []audit.Result) {
+	defer func() {
+		if r := recover(); r != nil {
+			res = []audit.Result{{
+				Policy:   p.Key().Name,
+				Verdict:  audit.Error,
+				Message:  fmt.Sprintf("internal error evaluating the policy: %v", r),
+				Resource: audit.RefOf(obj),
+			}}
+		}
+	}()
+	return p.Evaluate(ctx, gvr, obj)
+}
+
+// Set is a fixed set of compiled policies, indexed by the resources they cover, for front ends that
+// evaluate objects one at a time (the operator's scan keeps its own index, which changes as policies do).
+type Set struct {
+	byGVR map[schema.GroupVersionResource][]audit.Policy // sorted by key
+}
+
+// NewSet returns the set of policies.
+func NewSet(policies ...audit.Policy) *Set {
+	s := &Set{byGVR: map[schema.GroupVersionResource][]audit.Policy{}}
+	for _, p := range policies {
+		for _, gvr := range p.Resources() {
+			s.byGVR[gvr] = append(s.byGVR[gvr], p)
+		}
+	}
+	for _, ps := range s.byGVR {
+		slices.SortFunc(ps, func(a, b audit.Policy) int {
+			switch ka, kb := a.Key(), b.Key(); {
+			case ka.Less(kb):
+				return -1
+			case kb.Less(ka):
+				return 1
+			}
+			return 0
+		})
+	}
+	return s
+}
+
+// For returns the policies covering gvr, sorted by key. The slice is shared: do not modify it.
+func (s *Set) For(gvr schema.GroupVersionResource) []audit.Policy { return s.byGVR[gvr] }
+
+// Resources returns every resource some policy of the set covers.
+func (s *Set) Resources() []schema.GroupVersionResource {
+	out := make([]schema.GroupVersionResource, 0, len(s.byGVR))
+	for gvr := range s.byGVR {
+		out = append(out, gvr)
+	}
+	slices.SortFunc(out, func(a, b schema.GroupVersionResource) int {
+		switch as, bs := a.String(), b.String(); {
+		case as < bs:
+			return -1
+		case as > bs:
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+// Evaluate returns the results of every policy covering gvr on obj, policy by policy in key order.
+func (s *Set) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	o := NewObject(gvr, obj)
+	policies := s.For(gvr)
+	out := make([]audit.Result, 0, len(policies))
+	for _, p := range policies {
+		out = append(out, o.Evaluate(ctx, p)...)
+	}
+	return out
+}

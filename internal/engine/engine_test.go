@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"context"
+	"encoding/base64"
+	"fmt"
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+var (
+	secrets    = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	configMaps = schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+)
+
+// fakePolicy evaluates with a function.
+type fakePolicy struct {
+	name      string
+	resources []schema.GroupVersionResource
+	eval      func(obj *unstructured.Unstructured) []audit.Result
+}
+
+func (p fakePolicy) Key() audit.PolicyKey { return audit.PolicyKey{Source: "test", Name: p.name} }
+func (p fakePolicy) Resources() []schema.GroupVersionResource {
+	return p.resources
+}
+func (p fakePolicy) Evaluate(_ context.Context, _ schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	return p.eval(obj)
+}
+
+// quoting copies a Secret's password, as stored and decoded, into its result: a policy that fails to
+// withhold what it reads.
+func quoting(name string) fakePolicy {
+	return fakePolicy{name: name, resources: []schema.GroupVersionResource{secrets, configMaps}, eval: func(obj *unstructured.Unstructured) []audit.Result {
+		stored, _, _ := unstructured.NestedString(obj.Object, "data", "password")
+		decoded, _ := base64.StdEncoding.DecodeString(stored)
+		return []audit.Result{{
+			Policy:     name,
+			Verdict:    audit.Fail,
+			Message:    fmt.Sprintf("stored %s, decoded %s", stored, decoded),
+			Properties: map[string]string{"quoted": string(decoded)},
+			Resource:   audit.RefOf(obj),
+		}}
+	}}
+}
+
+func object(kind string, data map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": kind,
+		"metadata": map[string]any{"name": "o", "namespace": "n", "uid": "u"},
+		"data":     data,
+	}}
+}
+
+func TestEvaluate(t *testing.T) {
+	password := base64.StdEncoding.EncodeToString([]byte("hunter22"))
+	ref := audit.ObjectRef{APIVersion: "v1", Kind: "Secret", Namespace: "n", Name: "o", UID: "u"}
+	cases := []struct {
+		name   string
+		policy audit.Policy
+		gvr    schema.GroupVersionResource
+		obj    *unstructured.Unstructured
+		want   []audit.Result
+	}{
+		{
+			name:   "a Secret's values never reach a result",
+			policy: quoting("q"),
+			gvr:    secrets,
+			obj:    object("Secret", map[string]any{"password": password}),
+			want: []audit.Result{{
+				Policy: "q", Verdict: audit.Fail, Message: "stored [redacted], decoded [redacted]",
+				Properties: map[string]string{"quoted": "[redacted]"}, Resource: ref,
+			}},
+		},
+		{
+			name:   "other objects are not redacted",
+			policy: quoting("q"),
+			gvr:    configMaps,
+			obj:    object("ConfigMap", map[string]any{"password": password}),
+			want: []audit.Result{{
+				Policy: "q", Verdict: audit.Fail, Message: "stored " + password + ", decoded hunter22",
+				Properties: map[string]string{"quoted": "hunter22"},
+				Resource:   audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "n", Name: "o", UID: "u"},
+			}},
+		},
+		{
+			name: "a panic becomes an error result of the policy",
+			policy: fakePolicy{name: "p", resources: []schema.GroupVersionResource{secrets}, eval: func(*unstructured.Unstructured) []audit.Result {
+				panic("boom")
+			}},
+			gvr: secrets,
+			obj: object("Secret", nil),
+			want: []audit.Result{{
+				Policy: "p", Verdict: audit.Error, Message: "internal error evaluating the policy: boom", Resource: ref,
+			}},
+		},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Evaluate(context.Background(), c.policy, c.gvr, c.obj); !reflect.DeepEqual(got, c.want) {
+				t.Errorf("Evaluate =\n%+v\nwant\n%+v", got, c.want)
+			}
+		})
+	}
+}
+
+func TestSet(t *testing.T) {
+	pass := func(name string) func(*unstructured.Unstructured) []audit.Result {
+		return func(obj *unstructured.Unstructured) []audit.Result {
+			return []audit.Result{{Policy: name, Verdict: audit.Pass, Resource: audit.RefOf(obj)}}
+		}
+	}
+	b := fakePolicy{name: "b", resources: []schema.GroupVersionResource{configMaps}, eval: pass("b")}
+	a := fakePolicy{name: "a", resources: []schema.GroupVersionResource{configMaps, secrets}, eval: pass("a")}
+	s := NewSet(b, a)
+	if got, want := s.Resources(), []schema.GroupVersionResource{configMaps, secrets}; !reflect.DeepEqual(got, want) {
+		t.Errorf("Resources() = %v, want %v", got, want)
+	}
+	var names []string
+	for _, r := range s.Evaluate(context.Background(), configMaps, object("ConfigMap", nil)) {
+		names = append(names, r.Policy)
+	}
+	if want := []string{"a", "b"}; !reflect.DeepEqual(names, want) {
+		t.Errorf("policies evaluated on a ConfigMap: %v, want %v (in key order)", names, want)
+	}
+	if got := s.For(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}); len(got) != 0 {
+		t.Errorf("For(deployments) = %v, want none", got)
+	}
+}
