@@ -3,8 +3,6 @@ package results
 import (
 	"math"
 	"reflect"
-	"sort"
-	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -158,8 +156,8 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// KeepPasses keeps passing results whole, for reports that list passes. Without it, Namespace returns
-// equivalent passes that carry the policy and the object but no rule, message, properties or object name.
+// KeepPasses keeps passing results whole, for reports that list passes. Without it, the passes of a policy
+// whose results on an object are all passes are only counted: NamespaceCounted returns their number.
 func KeepPasses(keep bool) Option { return func(s *Store) { s.keepPasses = keep } }
 
 // NewStore returns an empty store that calls onChange (if not nil) with the namespace ("" for cluster-scoped
@@ -333,36 +331,6 @@ func (s *Store) DeletePolicy(policy string, gvr schema.GroupVersionResource) {
 	}
 }
 
-// Namespace returns every result on objects in namespace ("" for cluster-scoped objects), in no particular
-// order. Compacted passes come back as passes with the policy and the object's reference but not its name,
-// and a rule that tells them apart ("pass-2", ...) when a policy passed several times (once per binding and
-// param).
-func (s *Store) Namespace(namespace string) []audit.Result {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []audit.Result
-	for gi, objs := range s.byNS[namespace] {
-		ri := s.gvrs[gi]
-		for uid, o := range objs.All() {
-			o.each(func(p policyResults) {
-				if p.results != nil {
-					out = append(out, p.results...)
-					return
-				}
-				ref := audit.ObjectRef{APIVersion: ri.apiVersion, Kind: ri.kind, Namespace: namespace, UID: uid}
-				for i := range p.passes {
-					r := audit.Result{Policy: s.policies[p.policy].name, Verdict: audit.Pass, Resource: ref}
-					if i > 0 {
-						r.Rule = "pass-" + strconv.Itoa(int(i)+1)
-					}
-					out = append(out, r)
-				}
-			})
-		}
-	}
-	return out
-}
-
 // NamespaceCounted returns the results on objects in namespace that are kept whole, in no particular
 // order, and the number of compacted passes of each object, which carry nothing but their number.
 func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, passes map[types.UID]int) {
@@ -383,18 +351,6 @@ func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, pass
 		}
 	}
 	return results, passes
-}
-
-// Namespaces returns the sorted namespaces that hold results.
-func (s *Store) Namespaces() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.byNS))
-	for ns := range s.byNS {
-		out = append(out, ns)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Len returns the number of objects that have results, counting an object once per version it is read in.
