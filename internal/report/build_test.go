@@ -85,7 +85,7 @@ func TestBuildGroupsByNamespace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build(tt.results, nil, scanTime(), Options{})
+			got := BuildCounted(tt.results, nil, nil, scanTime(), Options{})
 			if refs := refsOf(got); !slices.Equal(refs, tt.want) {
 				t.Fatalf("reports = %v, want %v", refs, tt.want)
 			}
@@ -111,7 +111,7 @@ func TestBuildGroupsByNamespace(t *testing.T) {
 func TestBuildResultFields(t *testing.T) {
 	in := newResult(withProperty(audit.PropReason, "FieldValueInvalid"))
 	inProps := len(in.Properties)
-	got := Build([]audit.Result{in}, nil, scanTime(), Options{})
+	got := BuildCounted([]audit.Result{in}, nil, nil, scanTime(), Options{})
 
 	want := v1alpha2.PolicyReportResult{
 		Source:    "celaudit",
@@ -139,7 +139,7 @@ func TestBuildResultFields(t *testing.T) {
 		t.Errorf("result =\n%+v\nwant\n%+v", r, want)
 	}
 	if len(in.Properties) != inProps {
-		t.Errorf("Build modified the input properties: %v", in.Properties)
+		t.Errorf("BuildCounted modified the input properties: %v", in.Properties)
 	}
 }
 
@@ -158,8 +158,8 @@ func TestBuildListsAndCounts(t *testing.T) {
 			wantListed: []v1alpha2.PolicyResult{"fail", "warn", "error", "skip"},
 		},
 		{
-			name:       "IncludePass lists passes too",
-			opts:       Options{IncludePass: true},
+			name:       "passes listed too",
+			opts:       listingPasses(),
 			wantListed: []v1alpha2.PolicyResult{"pass", "fail", "warn", "error", "skip"},
 		},
 		{
@@ -168,8 +168,8 @@ func TestBuildListsAndCounts(t *testing.T) {
 			wantListed: []v1alpha2.PolicyResult{"fail", "error"},
 		},
 		{
-			name:       "ListVerdicts with IncludePass",
-			opts:       Options{ListVerdicts: []audit.Verdict{audit.Fail}, IncludePass: true},
+			name:       "ListVerdicts selects passes",
+			opts:       Options{ListVerdicts: []audit.Verdict{audit.Pass, audit.Fail}},
 			wantListed: []v1alpha2.PolicyResult{"pass", "fail"},
 		},
 		{
@@ -180,7 +180,7 @@ func TestBuildListsAndCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build(results, nil, scanTime(), tt.opts)
+			got := BuildCounted(results, nil, nil, scanTime(), tt.opts)
 			if len(got.PolicyReports) != 1 {
 				t.Fatalf("got %d reports, want 1", len(got.PolicyReports))
 			}
@@ -234,7 +234,7 @@ func TestBuildNormalizesInvalidValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build([]audit.Result{tt.in}, nil, scanTime(), Options{})
+			got := BuildCounted([]audit.Result{tt.in}, nil, nil, scanTime(), Options{})
 			rep := got.PolicyReports[0]
 			r := rep.Results[0]
 			if r.Result != tt.wantResult || r.Severity != tt.wantSeverity {
@@ -256,7 +256,7 @@ func TestBuildDeduplicatesEqualResults(t *testing.T) {
 	a := newResult()
 	b := newResult() // same object, rule, verdict and message: the same result ID
 	c := newResult(withMessage("another message"))
-	got := Build([]audit.Result{a, b, c}, nil, scanTime(), Options{})
+	got := BuildCounted([]audit.Result{a, b, c}, nil, nil, scanTime(), Options{})
 	rep := got.PolicyReports[0]
 	if rep.Summary.Fail != 2 || len(rep.Results) != 2 {
 		t.Errorf("summary %+v with %d results, want 2 fails listed once each", rep.Summary, len(rep.Results))
@@ -290,8 +290,9 @@ func variedResults() []audit.Result {
 
 func TestBuildIsDeterministic(t *testing.T) {
 	base := variedResults()
-	opts := Options{IncludePass: true, MaxResultsPerReport: 7}
-	want := Build(base, nil, scanTime(), opts)
+	opts := listingPasses()
+	opts.MaxResultsPerReport = 7
+	want := BuildCounted(base, nil, nil, scanTime(), opts)
 	wantJSON, err := json.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +302,7 @@ func TestBuildIsDeterministic(t *testing.T) {
 	for i := range 20 {
 		shuffled := slices.Clone(base)
 		rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
-		got := Build(shuffled, nil, scanTime(), opts)
+		got := BuildCounted(shuffled, nil, nil, scanTime(), opts)
 		if !equality.Semantic.DeepEqual(got, want) {
 			t.Fatalf("shuffle %d: reports differ", i)
 		}
@@ -351,13 +352,13 @@ func TestBuildTimestamps(t *testing.T) {
 		},
 		{
 			name: "listed pass keeps its timestamp",
-			opts: Options{IncludePass: true},
+			opts: listingPasses(),
 			want: map[string]metav1.Timestamp{"old": earlier, "new": nowTS, "ok": earlier},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build([]audit.Result{kept, fresh, pass}, previous, scanTime(), tt.opts)
+			got := BuildCounted([]audit.Result{kept, fresh, pass}, nil, previous, scanTime(), tt.opts)
 			stamps := map[string]metav1.Timestamp{}
 			for _, r := range got.PolicyReports[0].Results {
 				stamps[r.Resources[0].Name] = r.Timestamp
@@ -371,8 +372,8 @@ func TestBuildTimestamps(t *testing.T) {
 
 func TestBuildIsStableAcrossScans(t *testing.T) {
 	results := variedResults()
-	first := Build(results, nil, scanTime(), Options{})
-	later := Build(results, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
+	first := BuildCounted(results, nil, nil, scanTime(), Options{})
+	later := BuildCounted(results, nil, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
 	if !equality.Semantic.DeepEqual(first, later) {
 		t.Fatal("an unchanged audit an hour later produced different reports")
 	}
@@ -384,7 +385,7 @@ func TestBuildIsStableAcrossScans(t *testing.T) {
 	changed := slices.Clone(results)
 	i := slices.IndexFunc(changed, func(r audit.Result) bool { return r.Verdict == audit.Fail })
 	changed[i].Message = "a new message"
-	next := Build(changed, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
+	next := BuildCounted(changed, nil, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
 	nextStamps := PreviousTimestamps(next)
 	newID := changed[i].ID()
 	if _, ok := nextStamps[newID]; !ok {
@@ -477,7 +478,7 @@ func TestBuildChunks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build(tt.results, nil, scanTime(), tt.opts)
+			got := BuildCounted(tt.results, nil, nil, scanTime(), tt.opts)
 			switch {
 			case tt.wantReports > 0 && len(got.PolicyReports) != tt.wantReports:
 				t.Fatalf("got %d reports, want %d", len(got.PolicyReports), tt.wantReports)
@@ -524,7 +525,7 @@ func TestBuildChunks(t *testing.T) {
 func TestBuildChunksAreStable(t *testing.T) {
 	opts := Options{MaxResultsPerReport: 16}
 	base := manyResults("team-a", 200, audit.Fail, audit.Pass, audit.Pass)
-	before := Build(base, nil, scanTime(), opts)
+	before := BuildCounted(base, nil, nil, scanTime(), opts)
 	if len(before.PolicyReports) < 4 {
 		t.Fatalf("got %d reports, want the namespace split", len(before.PolicyReports))
 	}
@@ -542,7 +543,7 @@ func TestBuildChunksAreStable(t *testing.T) {
 		} else {
 			changed[i].Verdict = audit.Fail // broken
 		}
-		after := byName(Build(changed, nil, scanTime(), opts))
+		after := byName(BuildCounted(changed, nil, nil, scanTime(), opts))
 		old := byName(before)
 		var differ []string
 		for name, rep := range after {
@@ -646,7 +647,7 @@ func TestBuildTruncatesMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Build([]audit.Result{long}, nil, scanTime(), tt.opts).PolicyReports[0].Results[0]
+			r := BuildCounted([]audit.Result{long}, nil, nil, scanTime(), tt.opts).PolicyReports[0].Results[0]
 			if len(r.Message) != tt.wantLen {
 				t.Errorf("message of %d bytes, want %d", len(r.Message), tt.wantLen)
 			}
@@ -675,18 +676,18 @@ func TestChunkName(t *testing.T) {
 func TestBuildChunksKeepTheirSplit(t *testing.T) {
 	opts := Options{MaxResultsPerReport: 16}
 	base := manyResults("team-a", 40, audit.Fail)
-	split := Build(base, nil, scanTime(), opts)
+	split := BuildCounted(base, nil, nil, scanTime(), opts)
 	k := ChunkCounts(split)["team-a"]
 	if k < 4 {
 		t.Fatalf("40 results at 16 per report split into %d chunks, want at least 4", k)
 	}
 	// Fewer results fit half as many chunks: without the current split they would be reshuffled.
 	fewer := base[:len(base)*2/3]
-	if need := ChunkCounts(Build(fewer, nil, scanTime(), opts))["team-a"]; need != k/2 {
+	if need := ChunkCounts(BuildCounted(fewer, nil, nil, scanTime(), opts))["team-a"]; need != k/2 {
 		t.Fatalf("the fixture needs %d chunks after the removal, the test wants %d", need, k/2)
 	}
 	opts.Chunks = map[string]int{"team-a": k}
-	kept := Build(fewer, nil, scanTime(), opts)
+	kept := BuildCounted(fewer, nil, nil, scanTime(), opts)
 	if got := ChunkCounts(kept)["team-a"]; got != k {
 		t.Fatalf("split went from %d to %d chunks", k, got)
 	}
@@ -710,7 +711,7 @@ func TestBuildChunksKeepTheirSplit(t *testing.T) {
 
 	// A split four times as fine as needed is given up.
 	opts.Chunks = map[string]int{"team-a": 4 * k}
-	if got := ChunkCounts(Build(fewer, nil, scanTime(), opts))["team-a"]; got != k/2 {
+	if got := ChunkCounts(BuildCounted(fewer, nil, nil, scanTime(), opts))["team-a"]; got != k/2 {
 		t.Errorf("a split of %d chunks for results that fit %d became %d", 4*k, k/2, got)
 	}
 }
@@ -727,12 +728,12 @@ func TestBuildCompactsSparseSplits(t *testing.T) {
 			results = append(results, newResult(withObject("team-a", r.Resource.Name), withRule(rule)))
 		}
 	}
-	need := ChunkCounts(Build(results, nil, scanTime(), opts))["team-a"]
+	need := ChunkCounts(BuildCounted(results, nil, nil, scanTime(), opts))["team-a"]
 	if 4*len(results) >= 2*need*16 {
 		t.Fatalf("the fixture's %d results fill a split of %d chunks to a quarter or more", len(results), 2*need)
 	}
 	opts.Chunks = map[string]int{"team-a": 2 * need}
-	got := Build(results, nil, scanTime(), opts)
+	got := BuildCounted(results, nil, nil, scanTime(), opts)
 	if k := ChunkCounts(got)["team-a"]; k != need {
 		t.Errorf("a sparse split of %d chunks became %d, want the %d needed", 2*need, k, need)
 	}

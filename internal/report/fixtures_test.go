@@ -12,6 +12,11 @@ import (
 // scanTime is the injected clock of the tests; its nanoseconds check that timestamps are truncated.
 func scanTime() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 500_000_000, time.UTC) }
 
+// listingPasses lists passes besides the default verdicts, as the operator does when it is told to list passes.
+func listingPasses() Options {
+	return Options{ListVerdicts: append(DefaultListVerdicts(), audit.Pass)}
+}
+
 type resultOption func(*audit.Result)
 
 // newResult builds a failing result of a CRD rule on a namespaced Widget, adjusted by opts.

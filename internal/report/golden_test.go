@@ -57,7 +57,7 @@ func TestGoldenReports(t *testing.T) {
 			})),
 	}
 	previous := map[string]metav1.Timestamp{known.ID(): {Seconds: 1_767_225_600}}
-	got := serialize(t, Build(results, previous, scanTime(), Options{}))
+	got := serialize(t, BuildCounted(results, nil, previous, scanTime(), Options{}))
 
 	path := filepath.Join("testdata", "reports.golden.yaml")
 	if *update {
