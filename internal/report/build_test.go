@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -31,29 +32,16 @@ func refsOf(r Reports) []reportRef {
 	return out
 }
 
-// allSummaries returns every report's summary with its results, in output order.
-func allContents(r Reports) ([]v1alpha2.PolicyReportSummary, [][]v1alpha2.PolicyReportResult) {
-	var sums []v1alpha2.PolicyReportSummary
+// allResults returns every report's results, in output order.
+func allResults(r Reports) [][]v1alpha2.PolicyReportResult {
 	var results [][]v1alpha2.PolicyReportResult
 	for _, p := range r.ClusterPolicyReports {
-		sums, results = append(sums, p.Summary), append(results, p.Results)
+		results = append(results, p.Results)
 	}
 	for _, p := range r.PolicyReports {
-		sums, results = append(sums, p.Summary), append(results, p.Results)
+		results = append(results, p.Results)
 	}
-	return sums, results
-}
-
-func total(sums []v1alpha2.PolicyReportSummary) v1alpha2.PolicyReportSummary {
-	var t v1alpha2.PolicyReportSummary
-	for _, s := range sums {
-		t.Pass += s.Pass
-		t.Fail += s.Fail
-		t.Warn += s.Warn
-		t.Error += s.Error
-		t.Skip += s.Skip
-	}
-	return t
+	return results
 }
 
 func TestBuildGroupsByNamespace(t *testing.T) {
@@ -316,7 +304,7 @@ func TestBuildIsDeterministic(t *testing.T) {
 	}
 
 	// Within a report, results follow the documented order.
-	_, results := allContents(want)
+	results := allResults(want)
 	for _, rs := range results {
 		for i := 1; i < len(rs); i++ {
 			a, b := rs[i-1], rs[i]
@@ -427,7 +415,7 @@ func TestBuildChunks(t *testing.T) {
 		},
 		{
 			name:       "count limit with passes interleaved",
-			results:    manyResults("team-a", 1000, audit.Pass, audit.Fail, audit.Pass, audit.Warn),
+			results:    withPassesAlongside(manyResults("team-a", 500, audit.Fail, audit.Warn), 3),
 			opts:       Options{MaxResultsPerReport: 100},
 			minReports: 5,
 			maxListed:  100,
@@ -435,11 +423,11 @@ func TestBuildChunks(t *testing.T) {
 		{
 			name: "byte limit",
 			results: func() []audit.Result {
-				rs := manyResults("team-a", 1000, audit.Fail, audit.Pass)
+				rs := manyResults("team-a", 500)
 				for i := range rs {
 					rs[i].Message += " " + longMessage
 				}
-				return rs
+				return withPassesAlongside(rs, 3)
 			}(),
 			opts:       Options{MaxReportBytes: 100_000},
 			minReports: 16,
@@ -522,13 +510,12 @@ func TestBuildChunks(t *testing.T) {
 
 // A split namespace keeps each object in the chunk its UID selects: a change to one object's results rewrites
 // that object's report only, where consecutive runs would shift every later chunk.
+//
+// Failing an object that only passes also shows which report counted its pass: the one rewritten, which then
+// lists it. That places the passes of objects no report lists, which assertSummariesAddUp cannot place.
 func TestBuildChunksAreStable(t *testing.T) {
 	opts := Options{MaxResultsPerReport: 16}
 	base := manyResults("team-a", 200, audit.Fail, audit.Pass, audit.Pass)
-	before := BuildCounted(base, nil, nil, scanTime(), opts)
-	if len(before.PolicyReports) < 4 {
-		t.Fatalf("got %d reports, want the namespace split", len(before.PolicyReports))
-	}
 	byName := func(r Reports) map[string]v1alpha2.PolicyReport {
 		out := map[string]v1alpha2.PolicyReport{}
 		for _, rep := range r.PolicyReports {
@@ -536,42 +523,81 @@ func TestBuildChunksAreStable(t *testing.T) {
 		}
 		return out
 	}
-	for _, i := range []int{0, 1, 57, 199} {
+	lists := func(rep v1alpha2.PolicyReport, uid types.UID) bool {
+		return slices.ContainsFunc(rep.Results, func(r v1alpha2.PolicyReportResult) bool { return r.Resources[0].UID == uid })
+	}
+	before := byName(BuildCounted(base, nil, nil, scanTime(), opts))
+	if len(before) < 4 {
+		t.Fatalf("got %d reports, want the namespace split", len(before))
+	}
+	passesOf := map[string]int{} // by report name: the passes of the objects found to be its own
+	for i := range base {
 		changed := slices.Clone(base)
+		var delta v1alpha2.PolicyReportSummary
 		if changed[i].Verdict == audit.Fail {
 			changed[i].Verdict = audit.Pass // fixed
+			delta.Pass, delta.Fail = 1, -1
 		} else {
 			changed[i].Verdict = audit.Fail // broken
+			delta.Pass, delta.Fail = -1, 1
 		}
 		after := byName(BuildCounted(changed, nil, nil, scanTime(), opts))
-		old := byName(before)
 		var differ []string
 		for name, rep := range after {
-			if !equality.Semantic.DeepEqual(rep, old[name]) {
+			if !equality.Semantic.DeepEqual(rep, before[name]) {
 				differ = append(differ, name)
 			}
 		}
-		for name := range old {
+		for name := range before {
 			if _, ok := after[name]; !ok {
 				differ = append(differ, name+" (deleted)")
 			}
 		}
 		if len(differ) != 1 {
 			t.Errorf("changing object %d rewrote %v, want exactly its own report", i, differ)
+			continue
 		}
-		assertSummariesAddUp(t, changed, Reports{PolicyReports: slices.Collect(maps.Values(after))})
+		name, uid := differ[0], base[i].Resource.UID
+		old, now := before[name], after[name]
+		if base[i].Verdict == audit.Fail && !lists(old, uid) || base[i].Verdict == audit.Pass && !lists(now, uid) {
+			t.Errorf("changing object %d rewrote %s, which does not list it", i, name)
+		}
+		want := old.Summary
+		want.Pass += delta.Pass
+		want.Fail += delta.Fail
+		if now.Summary != want {
+			t.Errorf("changing object %d moved the summary of %s from %+v to %+v, want %+v", i, name, old.Summary, now.Summary, want)
+		}
+		if base[i].Verdict == audit.Pass {
+			passesOf[name]++
+		}
+	}
+	for name, rep := range before {
+		if want := (v1alpha2.PolicyReportSummary{Pass: passesOf[name], Fail: len(rep.Results)}); rep.Summary != want {
+			t.Errorf("report %s: summary %+v, want %+v (its listed failures and the passes of its objects)", name, rep.Summary, want)
+		}
 	}
 }
 
-// assertSummariesAddUp checks that each report's summary counts what it lists, plus unlisted passes, and
-// that the summaries add up to the input's totals.
+// assertSummariesAddUp checks every report's summary against the input. Its fail, warn, error and skip counts
+// are the results it lists (the fixtures list all but passes), and its passes are those of the input on the
+// objects it lists: every result of an object goes to the report its hash selects, or to the namespace's only
+// report. A split namespace's object that has only passes is listed nowhere, so which report counts its passes
+// cannot be told from the output: fixtures give such objects a listed result, and are refused otherwise. The
+// summaries must also add up to the input's totals.
 func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
 	t.Helper()
+	type object struct {
+		namespace string
+		uid       types.UID
+	}
 	var want v1alpha2.PolicyReportSummary
+	passes := map[object]int{}
 	for _, r := range in {
 		switch r.Verdict {
 		case audit.Pass:
 			want.Pass++
+			passes[object{r.Resource.Namespace, r.Resource.UID}]++
 		case audit.Fail:
 			want.Fail++
 		case audit.Warn:
@@ -582,14 +608,57 @@ func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
 			want.Skip++
 		}
 	}
-	sums, results := allContents(got)
-	if tot := total(sums); tot != want {
+
+	type report struct {
+		namespace, name string
+		summary         v1alpha2.PolicyReportSummary
+		results         []v1alpha2.PolicyReportResult
+	}
+	var reports []report
+	for _, r := range got.ClusterPolicyReports {
+		reports = append(reports, report{"", r.Name, r.Summary, r.Results})
+	}
+	for _, r := range got.PolicyReports {
+		reports = append(reports, report{r.Namespace, r.Name, r.Summary, r.Results})
+	}
+	perNamespace := map[string][]int{}
+	listedIn := map[object][]int{} // the reports listing each object, by index in reports
+	var tot v1alpha2.PolicyReportSummary
+	for i, r := range reports {
+		perNamespace[r.namespace] = append(perNamespace[r.namespace], i)
+		for _, res := range r.results {
+			o := object{res.Resources[0].Namespace, res.Resources[0].UID}
+			if l := listedIn[o]; len(l) == 0 || l[len(l)-1] != i {
+				listedIn[o] = append(l, i)
+			}
+		}
+		tot.Pass += r.summary.Pass
+		tot.Fail += r.summary.Fail
+		tot.Warn += r.summary.Warn
+		tot.Error += r.summary.Error
+		tot.Skip += r.summary.Skip
+	}
+	if tot != want {
 		t.Errorf("summaries add up to %+v, want %+v", tot, want)
 	}
-	for i, rs := range results {
-		var listed v1alpha2.PolicyReportSummary
-		for _, r := range rs {
-			switch r.Result {
+
+	wantPasses := make([]int, len(reports))
+	for o, n := range passes {
+		switch home := listedIn[o]; {
+		case len(home) == 1:
+			wantPasses[home[0]] += n
+		case len(home) > 1:
+			t.Fatalf("fixture: object %s/%s with passes is listed in several reports %v", o.namespace, o.uid, home)
+		case len(perNamespace[o.namespace]) == 1:
+			wantPasses[perNamespace[o.namespace][0]] += n
+		default:
+			t.Fatalf("fixture: object %s/%s has only passes in a split namespace", o.namespace, o.uid)
+		}
+	}
+	for i, r := range reports {
+		listed := v1alpha2.PolicyReportSummary{Pass: wantPasses[i]}
+		for _, res := range r.results {
+			switch res.Result {
 			case v1alpha2.StatusFail:
 				listed.Fail++
 			case v1alpha2.StatusWarn:
@@ -600,9 +669,8 @@ func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
 				listed.Skip++
 			}
 		}
-		listed.Pass = sums[i].Pass // passes are not listed by default
-		if listed != sums[i] {
-			t.Errorf("report %d: summary %+v, listed %+v", i, sums[i], listed)
+		if r.summary != listed {
+			t.Errorf("report %s/%s: summary %+v, want %+v (passes of the objects it lists)", r.namespace, r.name, r.summary, listed)
 		}
 	}
 }

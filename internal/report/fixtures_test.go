@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -88,6 +89,24 @@ func manyResults(namespace string, n int, verdicts ...audit.Verdict) []audit.Res
 			withVerdict(verdicts[i%len(verdicts)]),
 			withMessage(fmt.Sprintf("replicas must be positive, got -%d", i)),
 		)
+	}
+	return out
+}
+
+// withPassesAlongside returns results followed by passes of other rules on the same objects: i%cycle passes on
+// the object of results[i], so that objects differ in their number of passes.
+func withPassesAlongside(results []audit.Result, cycle int) []audit.Result {
+	out := slices.Clone(results)
+	for i, r := range results {
+		for j := range i % cycle {
+			out = append(out, newResult(
+				withObject(r.Resource.Namespace, r.Resource.Name),
+				withKind(r.Resource.APIVersion, r.Resource.Kind),
+				withRule(fmt.Sprintf("spec.check-%d", j)),
+				withVerdict(audit.Pass),
+				withMessage(""),
+			))
+		}
 	}
 	return out
 }
