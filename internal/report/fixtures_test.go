@@ -67,14 +67,8 @@ func withMessage(m string) resultOption { return func(r *audit.Result) { r.Messa
 
 func withSeverity(s string) resultOption { return func(r *audit.Result) { r.Severity = s } }
 
-func withCategory(c string) resultOption { return func(r *audit.Result) { r.Category = c } }
-
 func withProperty(k, v string) resultOption {
 	return func(r *audit.Result) { r.Properties[k] = v }
-}
-
-func withProperties(props map[string]string) resultOption {
-	return func(r *audit.Result) { r.Properties = props }
 }
 
 // manyResults returns n results on distinct objects of one namespace, cycling through the given verdicts.
