@@ -25,10 +25,10 @@ func benchResults(n int) []audit.Result {
 
 func BenchmarkBuild10k(b *testing.B) {
 	results := benchResults(10_000)
-	previous := PreviousTimestamps(Build(results, nil, scanTime(), Options{}))
+	previous := PreviousTimestamps(BuildCounted(results, nil, nil, scanTime(), Options{}))
 	b.ReportAllocs()
 	for b.Loop() {
-		Build(results, previous, scanTime(), Options{})
+		BuildCounted(results, nil, previous, scanTime(), Options{})
 	}
 }
 
@@ -36,13 +36,13 @@ func BenchmarkBuild10kViolationsOneNamespace(b *testing.B) {
 	results := manyResults("team-a", 10_000)
 	b.ReportAllocs()
 	for b.Loop() {
-		Build(results, nil, scanTime(), Options{MaxResultsPerReport: 1000})
+		BuildCounted(results, nil, nil, scanTime(), Options{MaxResultsPerReport: 1000})
 	}
 }
 
 func BenchmarkDiffUnchanged10k(b *testing.B) {
-	opts := Options{IncludePass: true}
-	desired := Build(benchResults(10_000), nil, scanTime(), opts)
+	opts := listingPasses()
+	desired := BuildCounted(benchResults(10_000), nil, nil, scanTime(), opts)
 	existing := stored(desired)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -54,10 +54,10 @@ func BenchmarkDiffUnchanged10k(b *testing.B) {
 
 func BenchmarkBuild100k(b *testing.B) {
 	results := benchResults(100_000)
-	previous := PreviousTimestamps(Build(results, nil, scanTime(), Options{}))
+	previous := PreviousTimestamps(BuildCounted(results, nil, nil, scanTime(), Options{}))
 	b.ReportAllocs()
 	for b.Loop() {
-		Build(results, previous, scanTime(), Options{})
+		BuildCounted(results, nil, previous, scanTime(), Options{})
 	}
 }
 
@@ -73,7 +73,7 @@ func BenchmarkCachedRetained(b *testing.B) {
 			withMessage(fmt.Sprintf("replicas must be positive, got -%d", i)),
 		))
 	}
-	stored := stored(Build(results, nil, scanTime(), Options{MaxResultsPerReport: 32}))
+	stored := stored(BuildCounted(results, nil, nil, scanTime(), Options{MaxResultsPerReport: 32}))
 	for range b.N {
 		runtime.GC()
 		var before, after runtime.MemStats

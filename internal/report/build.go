@@ -37,14 +37,12 @@ func DefaultListVerdicts() []audit.Verdict {
 	return []audit.Verdict{audit.Fail, audit.Warn, audit.Error, audit.Skip}
 }
 
-// Options tune what Build lists and how large a report may grow. The zero value gives the defaults.
+// Options tune what BuildCounted lists and how large a report may grow. The zero value gives the defaults.
 type Options struct {
 	// ListVerdicts selects the verdicts whose results are listed in the reports' results. Results with
 	// other verdicts are still counted in the summaries. Nil means DefaultListVerdicts(); an empty non-nil
 	// slice lists nothing but summaries.
 	ListVerdicts []audit.Verdict
-	// IncludePass lists passing results too, in addition to ListVerdicts.
-	IncludePass bool
 	// MaxReportBytes bounds the estimated serialized size of the results of one report: a report is split
 	// into chunks before it would grow past it. 0 means DefaultMaxReportBytes; negative means no limit.
 	MaxReportBytes int
@@ -62,7 +60,7 @@ type Options struct {
 	Taken map[string]sets.Set[string]
 }
 
-// Reports is a set of reports: the desired ones Build returns, or the existing ones read from the cluster.
+// Reports is a set of reports: the desired ones BuildCounted returns, or the existing ones read from the cluster.
 type Reports struct {
 	PolicyReports        []v1alpha2.PolicyReport
 	ClusterPolicyReports []v1alpha2.ClusterPolicyReport
@@ -96,9 +94,6 @@ func (o Options) settings() settings {
 		if i, ok := verdictIndex(v); ok {
 			s.list[i] = true
 		}
-	}
-	if o.IncludePass {
-		s.list[idxPass] = true
 	}
 	return s
 }
@@ -158,10 +153,20 @@ type entry struct {
 	bucket  uint32 // hash of the object, which picks its chunk; set by chunk when the namespace is split
 }
 
-// Build returns the reports that publish results: one PolicyReport per namespace holding namespaced
-// objects and one ClusterPolicyReport for cluster-scoped objects, each split into chunks named
+// CountedPasses are passes known only by their number: namespace ("" for cluster-scoped objects) -> object
+// UID -> passes of that object that are not listed.
+type CountedPasses map[string]map[types.UID]int
+
+// BuildCounted returns the reports that publish results and passes: one PolicyReport per namespace holding
+// namespaced objects and one ClusterPolicyReport for cluster-scoped objects, each split into chunks named
 // ChunkName(i) so that none grows past the size limits of opts (see chunk), or an alternative of that name
 // when opts.Taken holds it.
+//
+// passes are passes known only by their number (see CountedPasses; nil when every result is in results).
+// Passes that are not listed carry nothing but their number, and a namespace holds thousands of them:
+// counting them keeps a report write proportional to the results it lists. Each object's counted passes are
+// summed in the report that holds the object's other results, so a change to one object still touches one
+// report.
 //
 // previous maps the result IDs already published to their timestamps (see PreviousTimestamps): a result
 // keeps the timestamp of when it last changed, and results not published before are stamped with now,
@@ -170,23 +175,7 @@ type entry struct {
 //
 // Results with equal IDs (the same verdict with the same message for the same rule on the same object) are
 // published once.
-func Build(results []audit.Result, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
-	return build(results, nil, previous, now, opts)
-}
-
-// CountedPasses are passes known only by their number: namespace ("" for cluster-scoped objects) -> object
-// UID -> passes of that object that are not listed.
-type CountedPasses map[string]map[types.UID]int
-
-// BuildCounted is Build for results whose passes are partly only counted (see CountedPasses). Passes that are
-// not listed carry nothing but their number, and a namespace holds thousands of them: counting them keeps a
-// report write proportional to the results it lists. Each object's counted passes are summed in the report
-// that holds the object's other results, so a change to one object still touches one report.
 func BuildCounted(results []audit.Result, passes CountedPasses, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
-	return build(results, passes, previous, now, opts)
-}
-
-func build(results []audit.Result, passes CountedPasses, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
 	s := opts.settings()
 	nowTS := metav1.Timestamp{Seconds: now.Unix()}
 

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -31,29 +32,16 @@ func refsOf(r Reports) []reportRef {
 	return out
 }
 
-// allSummaries returns every report's summary with its results, in output order.
-func allContents(r Reports) ([]v1alpha2.PolicyReportSummary, [][]v1alpha2.PolicyReportResult) {
-	var sums []v1alpha2.PolicyReportSummary
+// allResults returns every report's results, in output order.
+func allResults(r Reports) [][]v1alpha2.PolicyReportResult {
 	var results [][]v1alpha2.PolicyReportResult
 	for _, p := range r.ClusterPolicyReports {
-		sums, results = append(sums, p.Summary), append(results, p.Results)
+		results = append(results, p.Results)
 	}
 	for _, p := range r.PolicyReports {
-		sums, results = append(sums, p.Summary), append(results, p.Results)
+		results = append(results, p.Results)
 	}
-	return sums, results
-}
-
-func total(sums []v1alpha2.PolicyReportSummary) v1alpha2.PolicyReportSummary {
-	var t v1alpha2.PolicyReportSummary
-	for _, s := range sums {
-		t.Pass += s.Pass
-		t.Fail += s.Fail
-		t.Warn += s.Warn
-		t.Error += s.Error
-		t.Skip += s.Skip
-	}
-	return t
+	return results
 }
 
 func TestBuildGroupsByNamespace(t *testing.T) {
@@ -85,7 +73,7 @@ func TestBuildGroupsByNamespace(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build(tt.results, nil, scanTime(), Options{})
+			got := BuildCounted(tt.results, nil, nil, scanTime(), Options{})
 			if refs := refsOf(got); !slices.Equal(refs, tt.want) {
 				t.Fatalf("reports = %v, want %v", refs, tt.want)
 			}
@@ -111,7 +99,7 @@ func TestBuildGroupsByNamespace(t *testing.T) {
 func TestBuildResultFields(t *testing.T) {
 	in := newResult(withProperty(audit.PropReason, "FieldValueInvalid"))
 	inProps := len(in.Properties)
-	got := Build([]audit.Result{in}, nil, scanTime(), Options{})
+	got := BuildCounted([]audit.Result{in}, nil, nil, scanTime(), Options{})
 
 	want := v1alpha2.PolicyReportResult{
 		Source:    "celaudit",
@@ -139,7 +127,7 @@ func TestBuildResultFields(t *testing.T) {
 		t.Errorf("result =\n%+v\nwant\n%+v", r, want)
 	}
 	if len(in.Properties) != inProps {
-		t.Errorf("Build modified the input properties: %v", in.Properties)
+		t.Errorf("BuildCounted modified the input properties: %v", in.Properties)
 	}
 }
 
@@ -158,8 +146,8 @@ func TestBuildListsAndCounts(t *testing.T) {
 			wantListed: []v1alpha2.PolicyResult{"fail", "warn", "error", "skip"},
 		},
 		{
-			name:       "IncludePass lists passes too",
-			opts:       Options{IncludePass: true},
+			name:       "passes listed too",
+			opts:       listingPasses(),
 			wantListed: []v1alpha2.PolicyResult{"pass", "fail", "warn", "error", "skip"},
 		},
 		{
@@ -168,8 +156,8 @@ func TestBuildListsAndCounts(t *testing.T) {
 			wantListed: []v1alpha2.PolicyResult{"fail", "error"},
 		},
 		{
-			name:       "ListVerdicts with IncludePass",
-			opts:       Options{ListVerdicts: []audit.Verdict{audit.Fail}, IncludePass: true},
+			name:       "ListVerdicts selects passes",
+			opts:       Options{ListVerdicts: []audit.Verdict{audit.Pass, audit.Fail}},
 			wantListed: []v1alpha2.PolicyResult{"pass", "fail"},
 		},
 		{
@@ -180,7 +168,7 @@ func TestBuildListsAndCounts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build(results, nil, scanTime(), tt.opts)
+			got := BuildCounted(results, nil, nil, scanTime(), tt.opts)
 			if len(got.PolicyReports) != 1 {
 				t.Fatalf("got %d reports, want 1", len(got.PolicyReports))
 			}
@@ -234,7 +222,7 @@ func TestBuildNormalizesInvalidValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build([]audit.Result{tt.in}, nil, scanTime(), Options{})
+			got := BuildCounted([]audit.Result{tt.in}, nil, nil, scanTime(), Options{})
 			rep := got.PolicyReports[0]
 			r := rep.Results[0]
 			if r.Result != tt.wantResult || r.Severity != tt.wantSeverity {
@@ -256,7 +244,7 @@ func TestBuildDeduplicatesEqualResults(t *testing.T) {
 	a := newResult()
 	b := newResult() // same object, rule, verdict and message: the same result ID
 	c := newResult(withMessage("another message"))
-	got := Build([]audit.Result{a, b, c}, nil, scanTime(), Options{})
+	got := BuildCounted([]audit.Result{a, b, c}, nil, nil, scanTime(), Options{})
 	rep := got.PolicyReports[0]
 	if rep.Summary.Fail != 2 || len(rep.Results) != 2 {
 		t.Errorf("summary %+v with %d results, want 2 fails listed once each", rep.Summary, len(rep.Results))
@@ -290,8 +278,9 @@ func variedResults() []audit.Result {
 
 func TestBuildIsDeterministic(t *testing.T) {
 	base := variedResults()
-	opts := Options{IncludePass: true, MaxResultsPerReport: 7}
-	want := Build(base, nil, scanTime(), opts)
+	opts := listingPasses()
+	opts.MaxResultsPerReport = 7
+	want := BuildCounted(base, nil, nil, scanTime(), opts)
 	wantJSON, err := json.Marshal(want)
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +290,7 @@ func TestBuildIsDeterministic(t *testing.T) {
 	for i := range 20 {
 		shuffled := slices.Clone(base)
 		rng.Shuffle(len(shuffled), func(a, b int) { shuffled[a], shuffled[b] = shuffled[b], shuffled[a] })
-		got := Build(shuffled, nil, scanTime(), opts)
+		got := BuildCounted(shuffled, nil, nil, scanTime(), opts)
 		if !equality.Semantic.DeepEqual(got, want) {
 			t.Fatalf("shuffle %d: reports differ", i)
 		}
@@ -315,7 +304,7 @@ func TestBuildIsDeterministic(t *testing.T) {
 	}
 
 	// Within a report, results follow the documented order.
-	_, results := allContents(want)
+	results := allResults(want)
 	for _, rs := range results {
 		for i := 1; i < len(rs); i++ {
 			a, b := rs[i-1], rs[i]
@@ -351,13 +340,13 @@ func TestBuildTimestamps(t *testing.T) {
 		},
 		{
 			name: "listed pass keeps its timestamp",
-			opts: Options{IncludePass: true},
+			opts: listingPasses(),
 			want: map[string]metav1.Timestamp{"old": earlier, "new": nowTS, "ok": earlier},
 		},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build([]audit.Result{kept, fresh, pass}, previous, scanTime(), tt.opts)
+			got := BuildCounted([]audit.Result{kept, fresh, pass}, nil, previous, scanTime(), tt.opts)
 			stamps := map[string]metav1.Timestamp{}
 			for _, r := range got.PolicyReports[0].Results {
 				stamps[r.Resources[0].Name] = r.Timestamp
@@ -371,8 +360,8 @@ func TestBuildTimestamps(t *testing.T) {
 
 func TestBuildIsStableAcrossScans(t *testing.T) {
 	results := variedResults()
-	first := Build(results, nil, scanTime(), Options{})
-	later := Build(results, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
+	first := BuildCounted(results, nil, nil, scanTime(), Options{})
+	later := BuildCounted(results, nil, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
 	if !equality.Semantic.DeepEqual(first, later) {
 		t.Fatal("an unchanged audit an hour later produced different reports")
 	}
@@ -384,7 +373,7 @@ func TestBuildIsStableAcrossScans(t *testing.T) {
 	changed := slices.Clone(results)
 	i := slices.IndexFunc(changed, func(r audit.Result) bool { return r.Verdict == audit.Fail })
 	changed[i].Message = "a new message"
-	next := Build(changed, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
+	next := BuildCounted(changed, nil, PreviousTimestamps(first), scanTime().Add(time.Hour), Options{})
 	nextStamps := PreviousTimestamps(next)
 	newID := changed[i].ID()
 	if _, ok := nextStamps[newID]; !ok {
@@ -426,7 +415,7 @@ func TestBuildChunks(t *testing.T) {
 		},
 		{
 			name:       "count limit with passes interleaved",
-			results:    manyResults("team-a", 1000, audit.Pass, audit.Fail, audit.Pass, audit.Warn),
+			results:    withPassesAlongside(manyResults("team-a", 500, audit.Fail, audit.Warn), 3),
 			opts:       Options{MaxResultsPerReport: 100},
 			minReports: 5,
 			maxListed:  100,
@@ -434,11 +423,11 @@ func TestBuildChunks(t *testing.T) {
 		{
 			name: "byte limit",
 			results: func() []audit.Result {
-				rs := manyResults("team-a", 1000, audit.Fail, audit.Pass)
+				rs := manyResults("team-a", 500)
 				for i := range rs {
 					rs[i].Message += " " + longMessage
 				}
-				return rs
+				return withPassesAlongside(rs, 3)
 			}(),
 			opts:       Options{MaxReportBytes: 100_000},
 			minReports: 16,
@@ -477,7 +466,7 @@ func TestBuildChunks(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := Build(tt.results, nil, scanTime(), tt.opts)
+			got := BuildCounted(tt.results, nil, nil, scanTime(), tt.opts)
 			switch {
 			case tt.wantReports > 0 && len(got.PolicyReports) != tt.wantReports:
 				t.Fatalf("got %d reports, want %d", len(got.PolicyReports), tt.wantReports)
@@ -521,13 +510,12 @@ func TestBuildChunks(t *testing.T) {
 
 // A split namespace keeps each object in the chunk its UID selects: a change to one object's results rewrites
 // that object's report only, where consecutive runs would shift every later chunk.
+//
+// Failing an object that only passes also shows which report counted its pass: the one rewritten, which then
+// lists it. That places the passes of objects no report lists, which assertSummariesAddUp cannot place.
 func TestBuildChunksAreStable(t *testing.T) {
 	opts := Options{MaxResultsPerReport: 16}
 	base := manyResults("team-a", 200, audit.Fail, audit.Pass, audit.Pass)
-	before := Build(base, nil, scanTime(), opts)
-	if len(before.PolicyReports) < 4 {
-		t.Fatalf("got %d reports, want the namespace split", len(before.PolicyReports))
-	}
 	byName := func(r Reports) map[string]v1alpha2.PolicyReport {
 		out := map[string]v1alpha2.PolicyReport{}
 		for _, rep := range r.PolicyReports {
@@ -535,42 +523,81 @@ func TestBuildChunksAreStable(t *testing.T) {
 		}
 		return out
 	}
-	for _, i := range []int{0, 1, 57, 199} {
+	lists := func(rep v1alpha2.PolicyReport, uid types.UID) bool {
+		return slices.ContainsFunc(rep.Results, func(r v1alpha2.PolicyReportResult) bool { return r.Resources[0].UID == uid })
+	}
+	before := byName(BuildCounted(base, nil, nil, scanTime(), opts))
+	if len(before) < 4 {
+		t.Fatalf("got %d reports, want the namespace split", len(before))
+	}
+	passesOf := map[string]int{} // by report name: the passes of the objects found to be its own
+	for i := range base {
 		changed := slices.Clone(base)
+		var delta v1alpha2.PolicyReportSummary
 		if changed[i].Verdict == audit.Fail {
 			changed[i].Verdict = audit.Pass // fixed
+			delta.Pass, delta.Fail = 1, -1
 		} else {
 			changed[i].Verdict = audit.Fail // broken
+			delta.Pass, delta.Fail = -1, 1
 		}
-		after := byName(Build(changed, nil, scanTime(), opts))
-		old := byName(before)
+		after := byName(BuildCounted(changed, nil, nil, scanTime(), opts))
 		var differ []string
 		for name, rep := range after {
-			if !equality.Semantic.DeepEqual(rep, old[name]) {
+			if !equality.Semantic.DeepEqual(rep, before[name]) {
 				differ = append(differ, name)
 			}
 		}
-		for name := range old {
+		for name := range before {
 			if _, ok := after[name]; !ok {
 				differ = append(differ, name+" (deleted)")
 			}
 		}
 		if len(differ) != 1 {
 			t.Errorf("changing object %d rewrote %v, want exactly its own report", i, differ)
+			continue
 		}
-		assertSummariesAddUp(t, changed, Reports{PolicyReports: slices.Collect(maps.Values(after))})
+		name, uid := differ[0], base[i].Resource.UID
+		old, now := before[name], after[name]
+		if base[i].Verdict == audit.Fail && !lists(old, uid) || base[i].Verdict == audit.Pass && !lists(now, uid) {
+			t.Errorf("changing object %d rewrote %s, which does not list it", i, name)
+		}
+		want := old.Summary
+		want.Pass += delta.Pass
+		want.Fail += delta.Fail
+		if now.Summary != want {
+			t.Errorf("changing object %d moved the summary of %s from %+v to %+v, want %+v", i, name, old.Summary, now.Summary, want)
+		}
+		if base[i].Verdict == audit.Pass {
+			passesOf[name]++
+		}
+	}
+	for name, rep := range before {
+		if want := (v1alpha2.PolicyReportSummary{Pass: passesOf[name], Fail: len(rep.Results)}); rep.Summary != want {
+			t.Errorf("report %s: summary %+v, want %+v (its listed failures and the passes of its objects)", name, rep.Summary, want)
+		}
 	}
 }
 
-// assertSummariesAddUp checks that each report's summary counts what it lists, plus unlisted passes, and
-// that the summaries add up to the input's totals.
+// assertSummariesAddUp checks every report's summary against the input. Its fail, warn, error and skip counts
+// are the results it lists (the fixtures list all but passes), and its passes are those of the input on the
+// objects it lists: every result of an object goes to the report its hash selects, or to the namespace's only
+// report. A split namespace's object that has only passes is listed nowhere, so which report counts its passes
+// cannot be told from the output: fixtures give such objects a listed result, and are refused otherwise. The
+// summaries must also add up to the input's totals.
 func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
 	t.Helper()
+	type object struct {
+		namespace string
+		uid       types.UID
+	}
 	var want v1alpha2.PolicyReportSummary
+	passes := map[object]int{}
 	for _, r := range in {
 		switch r.Verdict {
 		case audit.Pass:
 			want.Pass++
+			passes[object{r.Resource.Namespace, r.Resource.UID}]++
 		case audit.Fail:
 			want.Fail++
 		case audit.Warn:
@@ -581,14 +608,57 @@ func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
 			want.Skip++
 		}
 	}
-	sums, results := allContents(got)
-	if tot := total(sums); tot != want {
+
+	type report struct {
+		namespace, name string
+		summary         v1alpha2.PolicyReportSummary
+		results         []v1alpha2.PolicyReportResult
+	}
+	var reports []report
+	for _, r := range got.ClusterPolicyReports {
+		reports = append(reports, report{"", r.Name, r.Summary, r.Results})
+	}
+	for _, r := range got.PolicyReports {
+		reports = append(reports, report{r.Namespace, r.Name, r.Summary, r.Results})
+	}
+	perNamespace := map[string][]int{}
+	listedIn := map[object][]int{} // the reports listing each object, by index in reports
+	var tot v1alpha2.PolicyReportSummary
+	for i, r := range reports {
+		perNamespace[r.namespace] = append(perNamespace[r.namespace], i)
+		for _, res := range r.results {
+			o := object{res.Resources[0].Namespace, res.Resources[0].UID}
+			if l := listedIn[o]; len(l) == 0 || l[len(l)-1] != i {
+				listedIn[o] = append(l, i)
+			}
+		}
+		tot.Pass += r.summary.Pass
+		tot.Fail += r.summary.Fail
+		tot.Warn += r.summary.Warn
+		tot.Error += r.summary.Error
+		tot.Skip += r.summary.Skip
+	}
+	if tot != want {
 		t.Errorf("summaries add up to %+v, want %+v", tot, want)
 	}
-	for i, rs := range results {
-		var listed v1alpha2.PolicyReportSummary
-		for _, r := range rs {
-			switch r.Result {
+
+	wantPasses := make([]int, len(reports))
+	for o, n := range passes {
+		switch home := listedIn[o]; {
+		case len(home) == 1:
+			wantPasses[home[0]] += n
+		case len(home) > 1:
+			t.Fatalf("fixture: object %s/%s with passes is listed in several reports %v", o.namespace, o.uid, home)
+		case len(perNamespace[o.namespace]) == 1:
+			wantPasses[perNamespace[o.namespace][0]] += n
+		default:
+			t.Fatalf("fixture: object %s/%s has only passes in a split namespace", o.namespace, o.uid)
+		}
+	}
+	for i, r := range reports {
+		listed := v1alpha2.PolicyReportSummary{Pass: wantPasses[i]}
+		for _, res := range r.results {
+			switch res.Result {
 			case v1alpha2.StatusFail:
 				listed.Fail++
 			case v1alpha2.StatusWarn:
@@ -599,9 +669,8 @@ func assertSummariesAddUp(t *testing.T, in []audit.Result, got Reports) {
 				listed.Skip++
 			}
 		}
-		listed.Pass = sums[i].Pass // passes are not listed by default
-		if listed != sums[i] {
-			t.Errorf("report %d: summary %+v, listed %+v", i, sums[i], listed)
+		if r.summary != listed {
+			t.Errorf("report %s/%s: summary %+v, want %+v (passes of the objects it lists)", r.namespace, r.name, r.summary, listed)
 		}
 	}
 }
@@ -646,7 +715,7 @@ func TestBuildTruncatesMessages(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			r := Build([]audit.Result{long}, nil, scanTime(), tt.opts).PolicyReports[0].Results[0]
+			r := BuildCounted([]audit.Result{long}, nil, nil, scanTime(), tt.opts).PolicyReports[0].Results[0]
 			if len(r.Message) != tt.wantLen {
 				t.Errorf("message of %d bytes, want %d", len(r.Message), tt.wantLen)
 			}
@@ -675,18 +744,18 @@ func TestChunkName(t *testing.T) {
 func TestBuildChunksKeepTheirSplit(t *testing.T) {
 	opts := Options{MaxResultsPerReport: 16}
 	base := manyResults("team-a", 40, audit.Fail)
-	split := Build(base, nil, scanTime(), opts)
+	split := BuildCounted(base, nil, nil, scanTime(), opts)
 	k := ChunkCounts(split)["team-a"]
 	if k < 4 {
 		t.Fatalf("40 results at 16 per report split into %d chunks, want at least 4", k)
 	}
 	// Fewer results fit half as many chunks: without the current split they would be reshuffled.
 	fewer := base[:len(base)*2/3]
-	if need := ChunkCounts(Build(fewer, nil, scanTime(), opts))["team-a"]; need != k/2 {
+	if need := ChunkCounts(BuildCounted(fewer, nil, nil, scanTime(), opts))["team-a"]; need != k/2 {
 		t.Fatalf("the fixture needs %d chunks after the removal, the test wants %d", need, k/2)
 	}
 	opts.Chunks = map[string]int{"team-a": k}
-	kept := Build(fewer, nil, scanTime(), opts)
+	kept := BuildCounted(fewer, nil, nil, scanTime(), opts)
 	if got := ChunkCounts(kept)["team-a"]; got != k {
 		t.Fatalf("split went from %d to %d chunks", k, got)
 	}
@@ -710,7 +779,7 @@ func TestBuildChunksKeepTheirSplit(t *testing.T) {
 
 	// A split four times as fine as needed is given up.
 	opts.Chunks = map[string]int{"team-a": 4 * k}
-	if got := ChunkCounts(Build(fewer, nil, scanTime(), opts))["team-a"]; got != k/2 {
+	if got := ChunkCounts(BuildCounted(fewer, nil, nil, scanTime(), opts))["team-a"]; got != k/2 {
 		t.Errorf("a split of %d chunks for results that fit %d became %d", 4*k, k/2, got)
 	}
 }
@@ -727,12 +796,12 @@ func TestBuildCompactsSparseSplits(t *testing.T) {
 			results = append(results, newResult(withObject("team-a", r.Resource.Name), withRule(rule)))
 		}
 	}
-	need := ChunkCounts(Build(results, nil, scanTime(), opts))["team-a"]
+	need := ChunkCounts(BuildCounted(results, nil, nil, scanTime(), opts))["team-a"]
 	if 4*len(results) >= 2*need*16 {
 		t.Fatalf("the fixture's %d results fill a split of %d chunks to a quarter or more", len(results), 2*need)
 	}
 	opts.Chunks = map[string]int{"team-a": 2 * need}
-	got := Build(results, nil, scanTime(), opts)
+	got := BuildCounted(results, nil, nil, scanTime(), opts)
 	if k := ChunkCounts(got)["team-a"]; k != need {
 		t.Errorf("a sparse split of %d chunks became %d, want the %d needed", 2*need, k, need)
 	}

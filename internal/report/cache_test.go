@@ -21,7 +21,7 @@ func TestForCacheKeepsWhatReconcilesRead(t *testing.T) {
 		results = append(results, newResult(withObject("team-a", name), withVerdict(audit.Fail), withMessage("too many replicas")))
 		results = append(results, newResult(withObject("", name), withVerdict(audit.Warn)))
 	}
-	full := stored(Build(results, nil, scanTime(), Options{MaxResultsPerReport: 16}))
+	full := stored(BuildCounted(results, nil, nil, scanTime(), Options{MaxResultsPerReport: 16}))
 	compact := cached(t, full)
 
 	if got, want := PreviousTimestamps(compact), PreviousTimestamps(full); !maps.Equal(got, want) || len(want) != 80 {
@@ -55,9 +55,9 @@ func TestForCacheKeepsWhatReconcilesRead(t *testing.T) {
 }
 
 func TestDiffOfCachedReportKeepsOthersAnnotations(t *testing.T) {
-	existing := stored(Build([]audit.Result{newResult()}, nil, scanTime(), Options{}))
+	existing := stored(BuildCounted([]audit.Result{newResult()}, nil, nil, scanTime(), Options{}))
 	existing.PolicyReports[0].Annotations = map[string]string{"note": "kept"}
-	desired := Build([]audit.Result{newResult(), newResult(withObject("team-a", "w2"))}, nil, scanTime(), Options{})
+	desired := BuildCounted([]audit.Result{newResult(), newResult(withObject("team-a", "w2"))}, nil, nil, scanTime(), Options{})
 	got := Diff(desired, cached(t, existing)).PolicyReports.Update
 	if len(got) != 1 {
 		t.Fatalf("got %d updates, want 1", len(got))

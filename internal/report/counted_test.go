@@ -36,7 +36,7 @@ func TestBuildCounted(t *testing.T) {
 	// the namespace fits one report.
 	pass2 := pass
 	pass2.Resource.Name, pass2.Resource.UID = "z", "w"
-	listed := Build([]audit.Result{fail, pass, pass2}, nil, now, Options{})
+	listed := BuildCounted([]audit.Result{fail, pass, pass2}, nil, nil, now, Options{})
 	counted := BuildCounted([]audit.Result{fail}, CountedPasses{"a": {"v": 1, "w": 1}}, nil, now, Options{})
 	if !equality.Semantic.DeepEqual(listed, counted) {
 		t.Errorf("counted passes differ from listed ones:\n%+v\n%+v", listed, counted)

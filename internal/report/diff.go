@@ -38,13 +38,13 @@ func (c ObjectChanges[T]) empty() bool {
 	return len(c.Create) == 0 && len(c.Update) == 0 && len(c.Delete) == 0
 }
 
-// Diff compares the desired reports (from Build) with the existing ones (read from the cluster) and
+// Diff compares the desired reports (from BuildCounted) with the existing ones (read from the cluster) and
 // returns what to create, update and delete. An existing report is updated only when its labels, scope,
 // scope selector, summary or results differ semantically from the desired ones, so an unchanged audit
 // writes nothing; reports compacted by ForCache are compared by their content digest. Existing reports not
 // owned by celaudit (a report of another tool, or one whose label someone removed) are never updated or
-// deleted: a desired report whose name one of them holds is not written at all. Build avoids such names when
-// Options.Taken holds them (see TakenNames).
+// deleted: a desired report whose name one of them holds is not written at all. BuildCounted avoids such
+// names when Options.Taken holds them (see TakenNames).
 //
 // Labels set by others on existing reports are kept; only celaudit's own labels are enforced.
 //

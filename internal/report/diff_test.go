@@ -14,7 +14,7 @@ import (
 )
 
 // stored returns reports as the API server returns them: with a resourceVersion and a uid, without
-// TypeMeta (as typed clients decode lists), and with empty slices where Build leaves nil.
+// TypeMeta (as typed clients decode lists), and with empty slices where BuildCounted leaves nil.
 func stored(r Reports) Reports {
 	var out Reports
 	for _, p := range r.PolicyReports {
@@ -58,7 +58,7 @@ func TestDiff(t *testing.T) {
 		newResult(withObject("team-b", "w1")),
 		newResult(withObject("", "global")),
 	}
-	desired := Build(results, nil, scanTime(), Options{})
+	desired := BuildCounted(results, nil, nil, scanTime(), Options{})
 	current := stored(desired)
 
 	tests := []struct {
@@ -81,13 +81,13 @@ func TestDiff(t *testing.T) {
 		},
 		{
 			name:       "a result changed: update that report only",
-			desired:    Build(append(slices.Clone(results), newResult(withObject("team-b", "w2"))), nil, scanTime(), Options{}),
+			desired:    BuildCounted(append(slices.Clone(results), newResult(withObject("team-b", "w2"))), nil, nil, scanTime(), Options{}),
 			existing:   current,
 			wantPolicy: changeNames{update: []string{"team-b/celaudit"}},
 		},
 		{
 			name:       "a namespace without results any more: delete its report",
-			desired:    Build(results[1:], nil, scanTime(), Options{}),
+			desired:    BuildCounted(results[1:], nil, nil, scanTime(), Options{}),
 			existing:   current,
 			wantPolicy: changeNames{delete: []string{"team-a/celaudit"}},
 		},
@@ -219,12 +219,12 @@ func equalNames(a, b changeNames) bool {
 }
 
 func TestDiffUpdateCarriesExistingMetadata(t *testing.T) {
-	before := Build([]audit.Result{newResult()}, nil, scanTime(), Options{})
+	before := BuildCounted([]audit.Result{newResult()}, nil, nil, scanTime(), Options{})
 	existing := stored(before)
 	existing.PolicyReports[0].Labels["team"] = "a"
 	existing.PolicyReports[0].Annotations = map[string]string{"note": "kept"}
 
-	desired := Build([]audit.Result{newResult(), newResult(withObject("team-a", "w2"))}, nil, scanTime(), Options{})
+	desired := BuildCounted([]audit.Result{newResult(), newResult(withObject("team-a", "w2"))}, nil, nil, scanTime(), Options{})
 	got := Diff(desired, existing).PolicyReports.Update
 	if len(got) != 1 {
 		t.Fatalf("got %d updates, want 1", len(got))
@@ -256,11 +256,11 @@ func TestDiffUpdateCarriesExistingMetadata(t *testing.T) {
 // The reconciler hands Diff, PreviousTimestamps and ChunkCounts the reports its cache holds, without copying
 // them: none of them may modify what they read, whatever the changes.
 func TestExistingReportsAreReadOnly(t *testing.T) {
-	old := Build([]audit.Result{
+	old := BuildCounted([]audit.Result{
 		newResult(withObject("team-a", "w1")),
 		newResult(withObject("team-a", "w2")),
 		newResult(withObject("", "global")),
-	}, nil, scanTime(), Options{MaxResultsPerReport: 1})
+	}, nil, nil, scanTime(), Options{MaxResultsPerReport: 1})
 	existing := stored(old)
 	existing.PolicyReports[0].Labels["team"] = "a" // a label someone else set
 	before := Reports{
@@ -273,7 +273,7 @@ func TestExistingReportsAreReadOnly(t *testing.T) {
 	for i := range before.ClusterPolicyReports {
 		before.ClusterPolicyReports[i] = *existing.ClusterPolicyReports[i].DeepCopy()
 	}
-	desired := Build([]audit.Result{newResult(withObject("team-a", "w1"))}, PreviousTimestamps(existing), scanTime(), Options{
+	desired := BuildCounted([]audit.Result{newResult(withObject("team-a", "w1"))}, nil, PreviousTimestamps(existing), scanTime(), Options{
 		MaxResultsPerReport: 1,
 		Chunks:              ChunkCounts(existing),
 	})

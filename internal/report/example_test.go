@@ -25,7 +25,7 @@ func Example() {
 
 	// First scan: nothing is published yet. Diff takes desired over, so only what it returns is used
 	// afterwards.
-	desired := report.Build(results, nil, now, report.Options{})
+	desired := report.BuildCounted(results, nil, nil, now, report.Options{})
 	changes := report.Diff(desired, report.Reports{})
 	var existing report.Reports // what the cluster holds once the creates are written
 	for _, r := range changes.PolicyReports.Create {
@@ -35,12 +35,12 @@ func Example() {
 	}
 
 	// Next scan, nothing changed: the same reports, so nothing to write.
-	again := report.Build(results, report.PreviousTimestamps(existing), now.Add(time.Hour), report.Options{})
+	again := report.BuildCounted(results, nil, report.PreviousTimestamps(existing), now.Add(time.Hour), report.Options{})
 	fmt.Println("writes needed:", !report.Diff(again, existing).Empty())
 
 	// A scan after w2 broke the rule: the existing report is updated.
 	results[1] = widget("w2", audit.Fail)
-	later := report.Build(results, report.PreviousTimestamps(existing), now.Add(2*time.Hour), report.Options{})
+	later := report.BuildCounted(results, nil, report.PreviousTimestamps(existing), now.Add(2*time.Hour), report.Options{})
 	for _, r := range report.Diff(later, existing).PolicyReports.Update {
 		fmt.Printf("update %s/%s pass=%d fail=%d listed=%d\n",
 			r.Namespace, r.Name, r.Summary.Pass, r.Summary.Fail, len(r.Results))

@@ -2,6 +2,7 @@ package report
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -11,6 +12,11 @@ import (
 
 // scanTime is the injected clock of the tests; its nanoseconds check that timestamps are truncated.
 func scanTime() time.Time { return time.Date(2026, 3, 1, 12, 0, 0, 500_000_000, time.UTC) }
+
+// listingPasses lists passes besides the default verdicts, as the operator does when it is told to list passes.
+func listingPasses() Options {
+	return Options{ListVerdicts: append(DefaultListVerdicts(), audit.Pass)}
+}
 
 type resultOption func(*audit.Result)
 
@@ -61,14 +67,8 @@ func withMessage(m string) resultOption { return func(r *audit.Result) { r.Messa
 
 func withSeverity(s string) resultOption { return func(r *audit.Result) { r.Severity = s } }
 
-func withCategory(c string) resultOption { return func(r *audit.Result) { r.Category = c } }
-
 func withProperty(k, v string) resultOption {
 	return func(r *audit.Result) { r.Properties[k] = v }
-}
-
-func withProperties(props map[string]string) resultOption {
-	return func(r *audit.Result) { r.Properties = props }
 }
 
 // manyResults returns n results on distinct objects of one namespace, cycling through the given verdicts.
@@ -83,6 +83,24 @@ func manyResults(namespace string, n int, verdicts ...audit.Verdict) []audit.Res
 			withVerdict(verdicts[i%len(verdicts)]),
 			withMessage(fmt.Sprintf("replicas must be positive, got -%d", i)),
 		)
+	}
+	return out
+}
+
+// withPassesAlongside returns results followed by passes of other rules on the same objects: i%cycle passes on
+// the object of results[i], so that objects differ in their number of passes.
+func withPassesAlongside(results []audit.Result, cycle int) []audit.Result {
+	out := slices.Clone(results)
+	for i, r := range results {
+		for j := range i % cycle {
+			out = append(out, newResult(
+				withObject(r.Resource.Namespace, r.Resource.Name),
+				withKind(r.Resource.APIVersion, r.Resource.Kind),
+				withRule(fmt.Sprintf("spec.check-%d", j)),
+				withVerdict(audit.Pass),
+				withMessage(""),
+			))
+		}
 	}
 	return out
 }

@@ -138,7 +138,7 @@ func TestTakenNames(t *testing.T) {
 func TestBuildAvoidsTakenNames(t *testing.T) {
 	split := func() []audit.Result { return manyResults("team-b", 40) }
 	opts := Options{MaxResultsPerReport: 16}
-	if got := refsOf(Build(split(), nil, scanTime(), opts)); !slices.Equal(got, []reportRef{
+	if got := refsOf(BuildCounted(split(), nil, nil, scanTime(), opts)); !slices.Equal(got, []reportRef{
 		{"team-b", "celaudit"}, {"team-b", "celaudit-1"}, {"team-b", "celaudit-2"}, {"team-b", "celaudit-3"},
 	}) {
 		t.Fatalf("the fixture is split into %v, the test wants 4 chunks", got)
@@ -183,7 +183,7 @@ func TestBuildAvoidsTakenNames(t *testing.T) {
 		t.Run(tc.desc, func(t *testing.T) {
 			o := opts
 			o.Taken = tc.taken
-			got := Build(tc.results, nil, scanTime(), o)
+			got := BuildCounted(tc.results, nil, nil, scanTime(), o)
 			if refs := refsOf(got); !slices.Equal(refs, tc.want) {
 				t.Fatalf("reports %v, want %v", refs, tc.want)
 			}
@@ -204,7 +204,7 @@ func TestDiffAroundTakenNames(t *testing.T) {
 	results := []audit.Result{newResult(withObject("team-a", "w1")), newResult(withObject("team-b", "w1"))}
 	theirs := v1alpha2.PolicyReport{ObjectMeta: metav1.ObjectMeta{Name: "celaudit", Namespace: "team-a", ResourceVersion: "3"}}
 	found := map[string]sets.Set[string]{"team-a": sets.New("celaudit")}
-	published := stored(Build(results, nil, scanTime(), Options{Taken: found}))
+	published := stored(BuildCounted(results, nil, nil, scanTime(), Options{Taken: found}))
 	for _, tc := range []struct {
 		desc     string
 		existing Reports
@@ -241,7 +241,7 @@ func TestDiffAroundTakenNames(t *testing.T) {
 	} {
 		t.Run(tc.desc, func(t *testing.T) {
 			opts := Options{Chunks: ChunkCounts(tc.existing), Taken: TakenNames(tc.existing, tc.foreign)}
-			changes := Diff(Build(results, nil, scanTime(), opts), tc.existing)
+			changes := Diff(BuildCounted(results, nil, nil, scanTime(), opts), tc.existing)
 			if got := namesOf(changes.PolicyReports, policyMeta); !equalNames(got, tc.want) {
 				t.Fatalf("changes %+v, want %+v", got, tc.want)
 			}

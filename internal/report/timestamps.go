@@ -8,8 +8,8 @@ import (
 )
 
 // PreviousTimestamps returns the timestamp of every result published in the reports celaudit owns, keyed
-// by the result's resultID property, for Build to keep. Reports of other tools are ignored. Should one ID
-// appear twice, the earliest timestamp wins, so the answer does not depend on the order of reports.
+// by the result's resultID property, for BuildCounted to keep. Reports of other tools are ignored. Should
+// one ID appear twice, the earliest timestamp wins, so the answer does not depend on the order of reports.
 func PreviousTimestamps(existing Reports) map[string]metav1.Timestamp {
 	out := make(map[string]metav1.Timestamp)
 	add := func(id string, ts metav1.Timestamp) {

@@ -3,8 +3,6 @@ package results
 import (
 	"math"
 	"reflect"
-	"sort"
-	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -128,20 +126,13 @@ func (o *objResults) each(f func(policyResults)) {
 	}
 }
 
-// nsResults are the results on the objects of one namespace, by resource (an index into Store.gvrs).
+// nsResults are the results on the objects of one namespace, by resource (an index given by Store.gvrIndex).
 type nsResults map[uint32]*uidmap.Map[objResults]
-
-type resourceInfo struct {
-	gvr        schema.GroupVersionResource
-	apiVersion string
-	kind       string
-}
 
 // Store is the in-memory set of current results. It is safe for concurrent use.
 type Store struct {
 	mu         sync.RWMutex
 	byNS       map[string]nsResults
-	gvrs       []resourceInfo
 	gvrIndex   map[schema.GroupVersionResource]uint32
 	policies   []audit.PolicyKey // by index; compacted passes carry the key's name
 	policyIdx  map[audit.PolicyKey]uint32
@@ -153,8 +144,8 @@ type Store struct {
 // Option configures a Store.
 type Option func(*Store)
 
-// KeepPasses keeps passing results whole, for reports that list passes. Without it, Namespace returns
-// equivalent passes that carry the policy and the object but no rule, message, properties or object name.
+// KeepPasses keeps passing results whole, for reports that list passes. Without it, the passes of a policy
+// whose results on an object are all passes are only counted: NamespaceCounted returns their number.
 func KeepPasses(keep bool) Option { return func(s *Store) { s.keepPasses = keep } }
 
 // NewStore returns an empty store that calls onChange (if not nil) with the namespace ("" for cluster-scoped
@@ -183,7 +174,7 @@ func (s *Store) Set(policy audit.PolicyKey, obj ObjectKey, namespace string, res
 		if len(res) == 0 {
 			return false
 		}
-		gi = s.addResourceLocked(obj.GVR, res[0].Resource)
+		gi = s.addResourceLocked(obj.GVR)
 	}
 	objs := s.byNS[namespace][gi]
 	var o objResults
@@ -239,9 +230,8 @@ func (s *Store) objectsLocked(namespace string, gi uint32) *uidmap.Map[objResult
 	return objs
 }
 
-func (s *Store) addResourceLocked(gvr schema.GroupVersionResource, ref audit.ObjectRef) uint32 {
-	i := uint32(len(s.gvrs))
-	s.gvrs = append(s.gvrs, resourceInfo{gvr: gvr, apiVersion: ref.APIVersion, kind: ref.Kind})
+func (s *Store) addResourceLocked(gvr schema.GroupVersionResource) uint32 {
+	i := uint32(len(s.gvrIndex))
 	s.gvrIndex[gvr] = i
 	return i
 }
@@ -325,36 +315,6 @@ func (s *Store) DeletePolicy(policy audit.PolicyKey, gvr schema.GroupVersionReso
 	}
 }
 
-// Namespace returns every result on objects in namespace ("" for cluster-scoped objects), in no particular
-// order. Compacted passes come back as passes with the policy and the object's reference but not its name,
-// and a rule that tells them apart ("pass-2", ...) when a policy passed several times (once per binding and
-// param).
-func (s *Store) Namespace(namespace string) []audit.Result {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	var out []audit.Result
-	for gi, objs := range s.byNS[namespace] {
-		ri := s.gvrs[gi]
-		for uid, o := range objs.All() {
-			o.each(func(p policyResults) {
-				if p.results != nil {
-					out = append(out, p.results...)
-					return
-				}
-				ref := audit.ObjectRef{APIVersion: ri.apiVersion, Kind: ri.kind, Namespace: namespace, UID: uid}
-				for i := range p.passes {
-					r := audit.Result{Policy: s.policies[p.policy].Name, Verdict: audit.Pass, Resource: ref}
-					if i > 0 {
-						r.Rule = "pass-" + strconv.Itoa(int(i)+1)
-					}
-					out = append(out, r)
-				}
-			})
-		}
-	}
-	return out
-}
-
 // NamespaceCounted returns the results on objects in namespace that are kept whole, in no particular
 // order, and the number of compacted passes of each object, which carry nothing but their number.
 func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, passes map[types.UID]int) {
@@ -375,18 +335,6 @@ func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, pass
 		}
 	}
 	return results, passes
-}
-
-// Namespaces returns the sorted namespaces that hold results.
-func (s *Store) Namespaces() []string {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	out := make([]string, 0, len(s.byNS))
-	for ns := range s.byNS {
-		out = append(out, ns)
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Len returns the number of objects that have results, counting an object once per version it is read in.

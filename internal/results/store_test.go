@@ -40,11 +40,22 @@ func withProps(kv ...string) func(*audit.Result) {
 func summary(rs []audit.Result) string {
 	var out []string
 	for _, r := range rs {
-		// The fixtures' UIDs are their names: compacted passes carry no name.
 		out = append(out, fmt.Sprintf("%s/%s/%s/%s", r.Resource.UID, r.Policy, r.Rule, r.Verdict))
 	}
 	sort.Strings(out)
 	return strings.Join(out, " ")
+}
+
+// contents is what NamespaceCounted returns for namespace, as one string: the results kept whole as summary
+// writes them, then "uid:n" for each object's counted passes (the fixtures' UIDs are their names), sorted.
+func contents(s *Store, namespace string) string {
+	results, passes := s.NamespaceCounted(namespace)
+	counted := make([]string, 0, len(passes))
+	for uid, n := range passes {
+		counted = append(counted, fmt.Sprintf("%s:%d", uid, n))
+	}
+	sort.Strings(counted)
+	return strings.TrimSpace(summary(results) + " " + strings.Join(counted, " "))
 }
 
 func TestStore(t *testing.T) {
@@ -65,7 +76,7 @@ func TestStore(t *testing.T) {
 			name:        "set and replace",
 			ops:         []op{set("p", "a", "n", result("n", "a", "p", audit.Fail)), set("p", "a", "n", result("n", "a", "p", audit.Pass))},
 			wantChanged: []bool{true, true},
-			ns:          "n", want: "a/p//pass", wantNotify: []string{"n", "n"},
+			ns:          "n", want: "a:1", wantNotify: []string{"n", "n"},
 		},
 		{
 			name:        "unchanged results do not notify",
@@ -79,7 +90,7 @@ func TestStore(t *testing.T) {
 				result("n", "a", "p", audit.Pass, withProps("binding", "b1")),
 				result("n", "a", "p", audit.Pass, withProps("binding", "b2")))},
 			wantChanged: []bool{true},
-			ns:          "n", want: "a/p//pass a/p/pass-2/pass", wantNotify: []string{"n"},
+			ns:          "n", want: "a:2", wantNotify: []string{"n"},
 		},
 		{
 			name:       "kept passes come back whole",
@@ -97,7 +108,7 @@ func TestStore(t *testing.T) {
 				set("p", "a", "n", result("n", "a", "p", audit.Pass), result("n", "a", "p", audit.Pass, withProps("binding", "b2"))),
 			},
 			wantChanged: []bool{true, true},
-			ns:          "n", want: "a/p//pass a/p/pass-2/pass", wantNotify: []string{"n", "n"},
+			ns:          "n", want: "a:2", wantNotify: []string{"n", "n"},
 		},
 		{
 			name: "policies are kept apart and emptied one by one",
@@ -132,7 +143,7 @@ func TestStore(t *testing.T) {
 					t.Errorf("op %d changed = %v, want %v", i, got, tc.wantChanged[i])
 				}
 			}
-			if got := summary(s.Namespace(tc.ns)); got != tc.want {
+			if got := contents(s, tc.ns); got != tc.want {
 				t.Errorf("results = %q, want %q", got, tc.want)
 			}
 			if strings.Join(notified, ",") != strings.Join(tc.wantNotify, ",") {
@@ -151,32 +162,46 @@ func TestStoreDeletes(t *testing.T) {
 	s.Set(audit.VAPKey("p"), ObjectKey{GVR: deploys, UID: "d"}, "m", []audit.Result{result("m", "d", "p", audit.Fail)})
 
 	s.DeletePolicy(audit.VAPKey("p"), cms)
-	if got := summary(s.Namespace("n")) + " | " + summary(s.Namespace("m")); got != "a/q//fail | d/p//fail" {
+	if got := contents(s, "n") + " | " + contents(s, "m"); got != "a/q//fail | d/p//fail" {
 		t.Fatalf("after deleting p on configmaps: %q", got)
 	}
 	s.DeletePolicy(audit.VAPKey("p"), schema.GroupVersionResource{})
-	if got := s.Namespaces(); strings.Join(got, ",") != "n" {
-		t.Fatalf("namespaces after deleting p everywhere: %q", got)
+	if got := contents(s, "n") + " | " + contents(s, "m"); got != "a/q//fail | " {
+		t.Fatalf("after deleting p everywhere: %q", got)
+	}
+	if got := namespacesHeld(s); got != "n" {
+		t.Fatalf("namespaces held after deleting p everywhere: %q", got)
 	}
 	s.DeleteObject(key("a"), "n")
-	if s.Len() != 0 || len(s.Namespaces()) != 0 {
-		t.Fatalf("store not empty: %d objects, namespaces %q", s.Len(), s.Namespaces())
+	if s.Len() != 0 || namespacesHeld(s) != "" || contents(s, "n") != "" {
+		t.Fatalf("store not empty: %d objects, namespaces %q, results in n %q", s.Len(), namespacesHeld(s), contents(s, "n"))
 	}
 }
 
-// Compacted passes come back with the reference of their object, rebuilt from the store's tables, all but
-// the name, which the store does not keep for them.
-func TestStoreRebuildsReferences(t *testing.T) {
+// namespacesHeld returns the namespaces the store keeps a map for, sorted and comma-separated: a namespace
+// whose last result goes must not linger as an empty map.
+func namespacesHeld(s *Store) string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.byNS))
+	for ns := range s.byNS {
+		out = append(out, ns)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// Compacted passes are counted under the UID of their object, whatever form the UID takes (the store keeps
+// UUIDs in a compact form and other UIDs as they are).
+func TestStoreCountsPassesByUID(t *testing.T) {
 	for _, uid := range []types.UID{"u-1", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"} {
 		s := NewStore(nil)
 		deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 		ref := audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "n", Name: "web", UID: uid}
 		s.Set(audit.VAPKey("p"), ObjectKey{GVR: deploys, UID: uid}, "n", []audit.Result{{Policy: "p", Verdict: audit.Pass, Resource: ref}})
-		got := s.Namespace("n")
-		want := ref
-		want.Name = ""
-		if len(got) != 1 || got[0].Resource != want || got[0].Policy != "p" || got[0].Verdict != audit.Pass {
-			t.Fatalf("got %+v, want a pass of p on %+v", got, want)
+		results, passes := s.NamespaceCounted("n")
+		if len(results) != 0 || len(passes) != 1 || passes[uid] != 1 {
+			t.Fatalf("got results %+v and passes %v, want one pass counted for %s", results, passes, uid)
 		}
 	}
 }
@@ -231,8 +256,8 @@ func TestStoreManyPolicies(t *testing.T) {
 	for _, p := range []string{"p1", "p5"} {
 		s.Set(audit.VAPKey(p), key(uid), "n", nil)
 	}
-	if s.Len() != 0 || len(s.Namespaces()) != 0 {
-		t.Fatalf("store not empty: %d objects in %q", s.Len(), s.Namespaces())
+	if s.Len() != 0 || namespacesHeld(s) != "" {
+		t.Fatalf("store not empty: %d objects in %q", s.Len(), namespacesHeld(s))
 	}
 }
 

@@ -130,7 +130,10 @@ func TestEngineKeepsReadErrorCurrent(t *testing.T) {
 
 	errorResult := func(want string) func() error {
 		return func() error {
-			got := store.Namespace("")
+			got, err := current(store, "")
+			if err != nil {
+				return err
+			}
 			if len(got) != 1 || got[0].Verdict != audit.Error || got[0].Message != want {
 				return fmt.Errorf("cluster-level results %+v, want one error %q", got, want)
 			}
@@ -157,7 +160,11 @@ func TestEngineKeepsReadErrorCurrent(t *testing.T) {
 	})
 	ft.SetMessage("")
 	envtestutil.Eventually(t, 10*time.Second, func() error {
-		if got := store.Namespace(""); len(got) != 0 {
+		got, err := current(store, "")
+		if err != nil {
+			return err
+		}
+		if len(got) != 0 {
 			return fmt.Errorf("cluster-level results remain: %+v", got)
 		}
 		if got := verdicts(store, "read-error"); got != "bad cm=fail" {

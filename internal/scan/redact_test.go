@@ -67,7 +67,10 @@ func TestEngineRedactsSecrets(t *testing.T) {
 		},
 	}
 	envtestutil.Eventually(t, 20*time.Second, func() error {
-		got := store.Namespace(ns)
+		got, err := current(store, ns)
+		if err != nil {
+			return err
+		}
 		if len(got) != 2 {
 			return fmt.Errorf("got %d results, want 2: %+v", len(got), got)
 		}

@@ -54,6 +54,13 @@ const (
 	vapAnnotationProbe = "celaudit.io/probe"
 	// vapAnnotationCase names the subtest when kind, namespace and name do not.
 	vapAnnotationCase = "celaudit.io/case"
+	// vapAnnotationAPIServerMessage is the message the apiserver prints, written out by hand, for an
+	// object whose audit does not evaluate the messageExpression of the validation it fails (it says
+	// why in the messageExpression property, e.g. the expression may read a Secret's data) and
+	// reports the message the apiserver falls back to instead. The apiserver evaluates the
+	// messageExpression: its denial or warning must carry exactly this text. Every message the audit
+	// does not evaluate needs it, so no message goes uncompared.
+	vapAnnotationAPIServerMessage = "celaudit.io/apiserver-message"
 	// vapGroupLabel confines each file's policy to that file's objects, so that files run in
 	// parallel without one policy judging another file's objects: every compared object carries it
 	// and every policy's objectSelector requires it (ANDed with the file's own selector).
@@ -80,8 +87,9 @@ const (
 // params and CRDs they need), stores the file's objects before the policy exists, as the product
 // finds them, and then compares, object by object, the apiserver's answer to a request for the
 // object with the audit of the stored object: denied exactly when the audit predicts a denial, with
-// the audit's message and reason; warned exactly with the audit's warnings. Subtests are named
-// <file>/<kind>/<namespace>/<name>.
+// the audit's message and reason; warned exactly with the audit's warnings. Where the audit does not
+// evaluate a messageExpression, the apiserver's message is compared in full with the one the fixture
+// writes out (vapAnnotationAPIServerMessage). Subtests are named <file>/<kind>/<namespace>/<name>.
 func TestVAPMatchesAPIServer(t *testing.T) {
 	groups, err := loadVAPGroups(filepath.Join("testdata", "vap"))
 	if err != nil {
@@ -223,7 +231,7 @@ func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCoun
 			denied := s.compare(t)
 			total.add(func(n *vapCounts) {
 				n.scenarios++
-				n.uncompared += s.uncompared
+				n.unevaluated += s.unevaluated
 				if denied {
 					n.denied++
 				} else {
@@ -332,8 +340,9 @@ type vapScenario struct {
 	resolver vap.ResourceResolver
 	dyn      dynamic.Interface
 	exact    bool
-	// uncompared counts denials whose message was not compared (see vapPredicted.anyMessage).
-	uncompared int
+	// unevaluated counts the apiserver's texts whose message the audit did not evaluate, each
+	// compared with the fixture's text (see vapAnnotationAPIServerMessage).
+	unevaluated int
 }
 
 // compare asks the apiserver and the audit about the scenario's object, reports every disagreement
@@ -365,6 +374,9 @@ func (s *vapScenario) compare(t *testing.T) bool {
 	want := predictAPIServer(s.policy.Name, results, s.actions)
 	s.checkDenial(t, ans, want)
 	s.checkWarnings(t, ans, want)
+	if c.apiserverMessage != "" && s.unevaluated == 0 && !t.Failed() {
+		t.Errorf("the fixture gives the apiserver's message %q, but the apiserver printed no message the audit did not evaluate", c.apiserverMessage)
+	}
 	s.checkFallbackMessages(t, results)
 	s.checkExpectation(t, ans, results)
 	checkOperation(t, c, results)
@@ -416,20 +428,20 @@ func (s *vapScenario) checkDenial(t *testing.T, ans vapAnswer, want vapPredictio
 		return
 	}
 	// The apiserver prints only its first denial, in an order of bindings and params of its own.
-	d, ok := want.match(want.denials, message)
+	d, ok := want.match(want.denials, message, s.c.apiserverMessage)
 	if !ok {
 		_, theirs, _ := strings.Cut(message, "denied request: ")
 		var ours []string
 		for _, d := range want.denials {
 			ours = append(ours, d.message)
 		}
-		t.Errorf("messages differ\n  apiserver: %q\n  audit:     %q\n  apiserver's denial: %s\n  audit's denials:\n    %s",
-			theirs, ours, message, strings.Join(want.denialTexts(), "\n    "))
+		t.Errorf("messages differ\n  apiserver: %q\n  audit:     %q\n  apiserver's denial: %s\n  audit's denials:\n    %s%s",
+			theirs, ours, message, strings.Join(want.denialTexts(), "\n    "), s.unevaluatedHint(want.denials))
 		return
 	}
-	if d.anyMessage && message != d.text {
-		t.Logf("message not compared: %s\n  apiserver: %s\n  audit:     %s", d.why, message, d.text)
-		s.uncompared++
+	if message != d.text {
+		t.Logf("message compared with the fixture's, the audit not evaluating it: %s\n  apiserver: %s\n  audit:     %s", d.why, message, d.text)
+		s.unevaluated++
 	}
 	if got := string(ans.denial.ErrStatus.Reason); got != d.reason {
 		t.Errorf("the apiserver denies with reason %s, the audit's result has reason %s", got, d.reason)
@@ -453,17 +465,23 @@ func (s *vapScenario) checkWarnings(t *testing.T, ans vapAnswer, want vapPredict
 	wanted = sortedUnique(wanted)
 	matched := true
 	for _, g := range got {
-		if _, ok := want.match(want.warnings, g); !ok {
+		p, ok := want.match(want.warnings, g, s.c.apiserverMessage)
+		switch {
+		case !ok:
 			matched = false
+		case g != p.text:
+			t.Logf("warning compared with the fixture's, the audit not evaluating its message: %s\n  apiserver: %s\n  audit:     %s", p.why, g, p.text)
+			s.unevaluated++
 		}
 	}
 	for _, w := range want.warnings {
-		if !slices.ContainsFunc(got, w.matches) {
+		if !slices.ContainsFunc(got, func(g string) bool { return w.matches(g, s.c.apiserverMessage) }) {
 			matched = false
 		}
 	}
 	if !matched {
-		t.Errorf("warnings differ\n  apiserver:\n    %s\n  audit:\n    %s", strings.Join(got, "\n    "), strings.Join(wanted, "\n    "))
+		t.Errorf("warnings differ\n  apiserver:\n    %s\n  audit:\n    %s%s", strings.Join(got, "\n    "), strings.Join(wanted, "\n    "),
+			s.unevaluatedHint(want.warnings))
 	}
 }
 
@@ -582,34 +600,50 @@ type vapPredicted struct {
 	message string
 	// reason is the status reason of a denial.
 	reason string
-	// anyMessage says that the audit did not evaluate the validation's messageExpression (why says
-	// why) and reports the apiserver's fallback message instead: the apiserver's text then only has
-	// to come from the same policy and binding, i.e. start with prefix.
-	anyMessage bool
-	prefix     string
-	why        string
+	// unevaluated says that the audit did not evaluate the validation's messageExpression (why says
+	// why) and reports the apiserver's fallback message instead. The apiserver evaluates it: its text
+	// is then prefix (the policy and binding) followed by the message the fixture gives
+	// (vapAnnotationAPIServerMessage), unless it falls back too.
+	unevaluated bool
+	prefix      string
+	why         string
 }
 
-func (p vapPredicted) matches(text string) bool {
-	if p.anyMessage {
-		return strings.HasPrefix(text, p.prefix)
+// matches reports whether the apiserver's text is the predicted one: the audit's, or for a message
+// the audit did not evaluate, the one with the fixture's message apiserverMessage ("" when the fixture
+// gives none, which matches nothing).
+func (p vapPredicted) matches(text, apiserverMessage string) bool {
+	if text == p.text {
+		return true
 	}
-	return text == p.text
+	return p.unevaluated && apiserverMessage != "" && text == p.prefix+apiserverMessage
 }
 
-// match returns the prediction text matches, preferring an exact match.
-func (vapPrediction) match(predicted []vapPredicted, text string) (vapPredicted, bool) {
+// match returns the prediction text matches (see vapPredicted.matches), preferring the audit's own text.
+func (vapPrediction) match(predicted []vapPredicted, text, apiserverMessage string) (vapPredicted, bool) {
 	for _, p := range predicted {
 		if p.text == text {
 			return p, true
 		}
 	}
 	for _, p := range predicted {
-		if p.matches(text) {
+		if p.matches(text, apiserverMessage) {
 			return p, true
 		}
 	}
 	return vapPredicted{}, false
+}
+
+// unevaluatedHint explains a difference that may come from a message the audit did not evaluate: the
+// apiserver's text is then compared with the fixture's, which must give it.
+func (s *vapScenario) unevaluatedHint(predicted []vapPredicted) string {
+	for _, p := range predicted {
+		if p.unevaluated {
+			return fmt.Sprintf("\n  the audit did not evaluate a message (%s); the apiserver's is compared with the fixture's %s %q",
+				p.why, vapAnnotationAPIServerMessage, s.c.apiserverMessage)
+		}
+	}
+	return ""
 }
 
 func (p vapPrediction) denialTexts() []string {
@@ -632,8 +666,8 @@ func predictAPIServer(policy string, results []audit.Result, actions map[string]
 	predict := func(format string, r audit.Result, reason string, args ...any) vapPredicted {
 		text := fmt.Sprintf(format, append(args, r.Message)...)
 		prefix := fmt.Sprintf(format, append(args, "")...)
-		why, anyMessage := r.Properties[vap.PropMessageExpression]
-		return vapPredicted{text: text, message: r.Message, reason: reason, anyMessage: anyMessage, prefix: prefix, why: why}
+		why, unevaluated := r.Properties[vap.PropMessageExpression]
+		return vapPredicted{text: text, message: r.Message, reason: reason, unevaluated: unevaluated, prefix: prefix, why: why}
 	}
 	for _, r := range results {
 		binding := r.Properties[audit.PropBinding]
@@ -898,13 +932,14 @@ func sortedUnique(s []string) []string {
 // vapCounts is what the comparison covered.
 type vapCounts struct {
 	scenarios, denied, admitted int
-	// uncompared counts denials whose message the audit declares it did not evaluate.
-	uncompared int
+	// unevaluated counts the apiserver's texts whose message the audit did not evaluate, compared
+	// with the fixtures' texts instead.
+	unevaluated int
 }
 
 func (c vapCounts) String() string {
-	return fmt.Sprintf("%d scenarios (%d denied, %d admitted; %d denial messages not compared, the audit not evaluating their messageExpression)",
-		c.scenarios, c.denied, c.admitted, c.uncompared)
+	return fmt.Sprintf("%d scenarios (%d denied, %d admitted; %d messages the audit does not evaluate compared with the fixtures')",
+		c.scenarios, c.denied, c.admitted, c.unevaluated)
 }
 
 // vapGroup is one file of testdata/vap.
@@ -931,12 +966,13 @@ func (g *vapGroup) kinds() []schema.GroupVersionKind {
 
 // vapCase is one object to compare.
 type vapCase struct {
-	name     string
-	expect   string
-	verdicts string
-	request  string
-	probe    string
-	obj      *unstructured.Unstructured
+	name             string
+	expect           string
+	verdicts         string
+	request          string
+	probe            string
+	apiserverMessage string
+	obj              *unstructured.Unstructured
 }
 
 // loadVAPGroups reads every fixture file of dir, checking that each is well formed.
@@ -1068,11 +1104,12 @@ func loadVAPGroup(path string) (*vapGroup, error) {
 func newVAPCase(obj *unstructured.Unstructured, group string) (*vapCase, error) {
 	a := obj.GetAnnotations()
 	c := &vapCase{
-		expect:   a[vapAnnotationExpect],
-		verdicts: a[vapAnnotationVerdicts],
-		request:  a[vapAnnotationRequest],
-		probe:    a[vapAnnotationProbe],
-		obj:      obj,
+		expect:           a[vapAnnotationExpect],
+		verdicts:         a[vapAnnotationVerdicts],
+		request:          a[vapAnnotationRequest],
+		probe:            a[vapAnnotationProbe],
+		obj:              obj,
+		apiserverMessage: a[vapAnnotationAPIServerMessage],
 	}
 	switch c.expect {
 	case "deny", "admit", "warn", "error":
@@ -1088,6 +1125,9 @@ func newVAPCase(obj *unstructured.Unstructured, group string) (*vapCase, error) 
 	}
 	if c.probe != "" && c.expect != "deny" && c.expect != "error" {
 		return nil, fmt.Errorf("a probe must be denied, but the fixture expects %s", c.expect)
+	}
+	if c.apiserverMessage != "" && c.expect != "deny" && c.expect != "warn" {
+		return nil, fmt.Errorf("%s needs a denial or a warning, but the fixture expects %s", vapAnnotationAPIServerMessage, c.expect)
 	}
 	if c.verdicts != "" && c.verdicts != "none" {
 		v := strings.Split(c.verdicts, ",")
