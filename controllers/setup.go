@@ -37,6 +37,7 @@ import (
 	"github.com/celaudit/celaudit/internal/results"
 	"github.com/celaudit/celaudit/internal/scan"
 	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
 )
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
@@ -213,7 +214,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("creating discovery client: %w", err)
 	}
-	resources := NewDiscovery(disc)
+	resources := views.NewDiscovery(disc)
 	events := mgr.GetEventRecorder("celaudit")
 	readErrors := &ReadErrorEvents{Reader: mgr.GetClient(), Recorder: events, Log: log.WithName("events")}
 	engine := scan.New(reader, store, log.WithName("scan"), scan.Options{
@@ -230,7 +231,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
 	gate.OnOpen(engine.Release)
 	ctrlOpts := controllerOptions(o.Workers, o.SkipControllerChecks)
-	refresher := &Refresher{Discovery: resources, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
+	refresher := &views.Refresher{Discovery: resources, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond, Log: log.WithName("discovery")}
 	if err := mgr.Add(refresher); err != nil {
 		return nil, fmt.Errorf("adding discovery refresher: %w", err)
 	}
@@ -267,7 +268,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Resync:     o.ResyncPeriod,
 		Gate:       gate,
 	}
-	vapr.Params = NewParams(dyn, func() vap.ResourceResolver { return resources.Snapshot() }, vapr.ParamsChanged)
+	vapr.Params = views.NewParams(dyn, func() vap.ResourceResolver { return resources.Snapshot() }, vapr.ParamsChanged)
 	if err := mgr.Add(vapr.Params); err != nil {
 		return nil, fmt.Errorf("adding param source: %w", err)
 	}

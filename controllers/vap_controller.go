@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
 )
 
 // VAPSource names the ValidatingAdmissionPolicy source in the start-up gate.
@@ -39,8 +40,8 @@ const bindingPolicyField = "spec.policyName"
 type VAPReconciler struct {
 	Client     client.Client
 	Registry   PolicyRegistry
-	Discovery  *Discovery
-	Params     *Params
+	Discovery  *views.Discovery
+	Params     *views.Params
 	Namespaces vap.NamespaceGetter
 	Options    vap.Options
 	Resync     time.Duration
