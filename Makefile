@@ -37,6 +37,10 @@ verify-gen: manifests generate ## Regenerate and fail if the committed generated
 	@git diff --exit-code -- api config || { echo "generated files are out of date: run 'make manifests generate' and commit"; exit 1; }
 	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files"; exit 1; }
 
+.PHONY: discovery-snapshot
+discovery-snapshot: envtest ## Take the discovery snapshot of kube-apiserver's built-in APIs that internal/views embeds.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" go run ./hack/discovery-snapshot -o internal/views/builtin_discovery.json
+
 .PHONY: fmt
 fmt: ## Run go fmt.
 	go fmt ./...

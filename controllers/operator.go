@@ -33,6 +33,7 @@ import (
 	"github.com/celaudit/celaudit/internal/results"
 	"github.com/celaudit/celaudit/internal/scan"
 	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
 )
 
 // Scheme returns the scheme of every type celaudit reads with a typed client.
@@ -85,8 +86,8 @@ type wiring struct {
 
 	store     *results.Store
 	notifier  *Notifier
-	discovery *Discovery
-	refresher *Refresher
+	discovery *views.Discovery
+	refresher *views.Refresher
 	scan      *scan.Engine
 	startup   *startupGate
 	vaps      *VAPReconciler
@@ -142,8 +143,8 @@ func (w *wiring) newScan() error {
 	if err != nil {
 		return fmt.Errorf("creating discovery client: %w", err)
 	}
-	w.discovery = NewDiscovery(disc)
-	w.refresher = &Refresher{Discovery: w.discovery, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
+	w.discovery = views.NewDiscovery(disc)
+	w.refresher = &views.Refresher{Discovery: w.discovery, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond, Log: w.log.WithName("discovery")}
 	if err := w.mgr.Add(w.refresher); err != nil {
 		return fmt.Errorf("adding discovery refresher: %w", err)
 	}
@@ -210,7 +211,7 @@ func (w *wiring) setupVAPs() error {
 		Resync:  w.opts.ResyncPeriod,
 		Startup: w.startup,
 	}
-	w.vaps.Params = NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.ParamsChanged)
+	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.ParamsChanged)
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
 		return fmt.Errorf("adding param source: %w", err)
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
 )
 
 // bindingPolicyField indexes bindings by the policy they bind.
@@ -43,8 +44,8 @@ const bindingPolicyField = "spec.policyName"
 type VAPReconciler struct {
 	Client     client.Client
 	Registry   PolicyRegistry
-	Discovery  *Discovery
-	Params     *Params
+	Discovery  *views.Discovery
+	Params     *views.Params
 	Namespaces vap.NamespaceGetter
 	// Compile compiles a policy; bindings and views are applied by Bind.
 	Compile func(*admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled

@@ -1,14 +1,12 @@
-package controllers
+package views
 
 import (
 	"context"
 	"fmt"
-	"sort"
 	"sync"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -252,7 +250,7 @@ func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runti
 			return o.(*unstructured.Unstructured), nil
 		}
 	}
-	return nil, apierrors.NewNotFound(schema.GroupResource{Group: gvk.Group, Resource: gvk.Kind}, name)
+	return nil, paramNotFound(gvk, name)
 }
 
 // List implements vap.ParamSource.
@@ -270,7 +268,7 @@ func (p *Params) List(gvk schema.GroupVersionKind, namespace string, selector la
 		}
 		for _, o := range inf.informer.GetStore().List() {
 			u := o.(*unstructured.Unstructured)
-			key := u.GetNamespace() + "/" + u.GetName()
+			key := objectKey(u.GetNamespace(), u.GetName())
 			if seen[key] || (namespace != "" && u.GetNamespace() != namespace) || !selector.Matches(labels.Set(u.GetLabels())) {
 				continue
 			}
@@ -278,10 +276,7 @@ func (p *Params) List(gvk schema.GroupVersionKind, namespace string, selector la
 			out = append(out, u)
 		}
 	}
-	// Informers are visited in map order; params are evaluated in a stable order.
-	sort.Slice(out, func(i, j int) bool {
-		a, b := out[i].(*unstructured.Unstructured), out[j].(*unstructured.Unstructured)
-		return a.GetNamespace()+"/"+a.GetName() < b.GetNamespace()+"/"+b.GetName()
-	})
+	// Informers are visited in map order.
+	sortObjects(out)
 	return out, nil
 }

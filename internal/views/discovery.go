@@ -1,4 +1,4 @@
-package controllers
+package views
 
 import (
 	"context"
@@ -7,16 +7,16 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
-	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
-// Discovery is the cluster's served resources as discovery last reported them. It implements
-// vap.ResourceResolver over the latest snapshot; Refresh takes a new one and tells subscribers when the
-// served set changed (a CRD was installed, removed or changed versions).
+// Discovery is the cluster's served resources as discovery last reported them. Snapshot returns the latest
+// snapshot as a vap.ResourceResolver; Refresh takes a new one and tells subscribers when the served set
+// changed (a CRD was installed, removed or changed versions).
 type Discovery struct {
 	client discovery.DiscoveryInterface
 
@@ -25,8 +25,6 @@ type Discovery struct {
 	served   []vap.APIResource
 	onChange []func()
 }
-
-var _ vap.ResourceResolver = &Discovery{}
 
 // NewDiscovery returns an empty resolver; call Refresh before use.
 func NewDiscovery(client discovery.DiscoveryInterface) *Discovery {
@@ -75,27 +73,9 @@ func (d *Discovery) resolver() *vap.StaticResolver {
 	return d.current
 }
 
-// ServedResources implements vap.ResourceResolver.
-func (d *Discovery) ServedResources() []vap.APIResource { return d.resolver().ServedResources() }
-
 // Namespaced tells whether the served resource gvr is namespaced; known is false when it is not served.
 func (d *Discovery) Namespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
 	return d.resolver().Namespaced(gvr)
-}
-
-// ResourceForKind implements vap.ResourceResolver.
-func (d *Discovery) ResourceForKind(gvk schema.GroupVersionKind) (vap.APIResource, error) {
-	return d.resolver().ResourceForKind(gvk)
-}
-
-// EquivalentResourcesFor implements vap.ResourceResolver.
-func (d *Discovery) EquivalentResourcesFor(resource schema.GroupVersionResource, subresource string) []schema.GroupVersionResource {
-	return d.resolver().EquivalentResourcesFor(resource, subresource)
-}
-
-// KindFor implements vap.ResourceResolver.
-func (d *Discovery) KindFor(resource schema.GroupVersionResource, subresource string) schema.GroupVersionKind {
-	return d.resolver().KindFor(resource, subresource)
 }
 
 // Snapshot returns the current discovery snapshot: policies are bound against one snapshot and bound again
@@ -108,8 +88,10 @@ type Refresher struct {
 	Discovery *Discovery
 	Interval  time.Duration
 	Delay     time.Duration
-	trigger   chan struct{}
-	once      sync.Once
+	// Log receives failed refreshes; the logger of Start's context when unset.
+	Log     logr.Logger
+	trigger chan struct{}
+	once    sync.Once
 }
 
 func (r *Refresher) init() {
@@ -128,7 +110,10 @@ func (r *Refresher) Trigger() {
 // Start refreshes until ctx is done.
 func (r *Refresher) Start(ctx context.Context) error {
 	r.init()
-	log := ctrl.LoggerFrom(ctx).WithName("discovery")
+	log := r.Log
+	if log.GetSink() == nil {
+		log = logr.FromContextOrDiscard(ctx).WithName("discovery")
+	}
 	tick := time.NewTicker(r.Interval)
 	defer tick.Stop()
 	for {
