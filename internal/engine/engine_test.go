@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -130,5 +131,43 @@ func TestSet(t *testing.T) {
 	}
 	if got := s.For(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}); len(got) != 0 {
 		t.Errorf("For(deployments) = %v, want none", got)
+	}
+}
+
+func TestCompileObjects(t *testing.T) {
+	vapObj := func(name string, spec map[string]any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+			"metadata": map[string]any{"name": name}, "spec": spec,
+		}}
+	}
+	crdObj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+		"metadata": map[string]any{"name": "widgets.example.com"},
+		"spec": map[string]any{
+			"group": "example.com", "scope": "Namespaced",
+			"names":    map[string]any{"kind": "Widget", "plural": "widgets"},
+			"versions": []any{map[string]any{"name": "v1", "served": true, "storage": true, "schema": map[string]any{"openAPIV3Schema": map[string]any{"type": "object"}}}},
+		},
+	}}
+	valid := vapObj("b", map[string]any{"validations": []any{map[string]any{"expression": "true"}}})
+	other := object("ConfigMap", nil)
+
+	policies, err := Compiler{}.Compile([]*unstructured.Unstructured{valid, other, crdObj}, Views{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, p := range policies {
+		keys = append(keys, p.Key().String())
+	}
+	if want := []string{"crd/widgets.example.com", "vap/b"}; !reflect.DeepEqual(keys, want) {
+		t.Errorf("compiled %v, want %v", keys, want)
+	}
+
+	bad := vapObj("broken", map[string]any{"validations": "not a list"})
+	if _, err := (Compiler{}).Compile([]*unstructured.Unstructured{valid, bad}, Views{}); err == nil ||
+		!strings.Contains(err.Error(), `ValidatingAdmissionPolicy "broken"`) {
+		t.Errorf("a policy that does not decode: error %v, want one naming it", err)
 	}
 }

@@ -16,6 +16,10 @@
 // Secret's data, stringData or annotations, by design, and the test checks exactly that fallback; other
 // messageExpressions are compared like any message.
 //
+// Front ends (frontends_test.go, testdata/frontends): one cluster, given as a file and stored in the API
+// server, is evaluated by the operator (informer views), by a one-shot evaluation of the live cluster (live
+// views, paginated reads) and from the file alone (file views); all three must give the same results.
+//
 // Fixture files say what the apiserver is expected to answer for each object, so a wrong fixture is caught
 // as well as a wrong audit.
 package differential

@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// Kinds of the policy objects Compile reads.
+var (
+	crdKind     = apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition")
+	vapKind     = admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy")
+	bindingKind = admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding")
+)
+
+// IsPolicyObject reports whether obj is one of the objects Compile turns into policies or bindings.
+func IsPolicyObject(obj *unstructured.Unstructured) bool {
+	switch obj.GroupVersionKind() {
+	case crdKind, vapKind, bindingKind:
+		return true
+	}
+	return false
+}
+
+// Compile compiles the CustomResourceDefinitions and ValidatingAdmissionPolicies among objs, the policies
+// bound to the bindings among objs and to views, into policies sorted by key. Other objects are ignored.
+// An object of those kinds that does not decode is an error naming it: a front end reading files says
+// which one is wrong rather than auditing without it.
+func (c Compiler) Compile(objs []*unstructured.Unstructured, views Views) ([]audit.Policy, error) {
+	var (
+		crds     []*apiextensionsv1.CustomResourceDefinition
+		policies []*admissionregistrationv1.ValidatingAdmissionPolicy
+		bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		errs     []string
+	)
+	for _, obj := range objs {
+		var err error
+		switch obj.GroupVersionKind() {
+		case crdKind:
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err = fromUnstructured(obj, crd); err == nil {
+				crds = append(crds, crd)
+			}
+		case vapKind:
+			p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+			if err = fromUnstructured(obj, p); err == nil {
+				policies = append(policies, p)
+			}
+		case bindingKind:
+			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			if err = fromUnstructured(obj, b); err == nil {
+				bindings = append(bindings, b)
+			}
+		}
+		if err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	slices.SortFunc(bindings, func(a, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) int {
+		return strings.Compare(a.Name, b.Name)
+	})
+	out := make([]audit.Policy, 0, len(crds)+len(policies))
+	for _, crd := range crds {
+		out = append(out, c.CRD(crd))
+	}
+	for _, p := range policies {
+		out = append(out, Bind(c.VAP(p), bindings, views))
+	}
+	slices.SortFunc(out, func(a, b audit.Policy) int { return strings.Compare(a.Key().String(), b.Key().String()) })
+	return out, nil
+}
+
+func fromUnstructured(obj *unstructured.Unstructured, into runtime.Object) error {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(obj.Object, into, true); err != nil {
+		return fmt.Errorf("%s %q: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return nil
+}
+
+// ResourceOf returns the resource that serves obj's kind in its version, as views.Resources knows it.
+func ResourceOf(obj *unstructured.Unstructured, views Views) (schema.GroupVersionResource, error) {
+	if views.Resources == nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("no served resources to map %s to", obj.GroupVersionKind())
+	}
+	res, err := views.Resources.ResourceForKind(obj.GroupVersionKind())
+	if err != nil {
+		return schema.GroupVersionResource{}, fmt.Errorf("%s %q: %w", obj.GetKind(), obj.GetName(), err)
+	}
+	return res.Resource, nil
+}
