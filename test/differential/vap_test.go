@@ -20,8 +20,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -30,7 +28,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
@@ -201,12 +201,12 @@ func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCoun
 		}
 	}
 
-	deps := vap.Deps{
-		Namespaces: vapNamespaces{ctx: ctx, c: env.Client},
-		Params:     vapParams{ctx: ctx, dyn: cl.dyn, resolver: resolver},
-		Resolver:   resolver,
-	}
-	compiled := vap.Compile(policy, bindings, deps, vap.Options{})
+	// The audit reads the cluster as a what-if run does: live views, each param and namespace read once.
+	compiled := engine.Bind(engine.Compiler{}.VAP(policy), bindings, engine.Views{
+		Resources:  resolver,
+		Namespaces: views.NewLiveNamespaces(ctx, cl.dyn),
+		Params:     views.NewLiveParams(ctx, cl.dyn, resolver, 500),
+	})
 	if len(compiled.Resources()) == 0 {
 		t.Fatalf("the audit of policy %s reads no resource", policy.Name)
 	}
@@ -788,68 +788,6 @@ func (w *vapWarnings) get() []string {
 	return slices.Clone(w.texts)
 }
 
-// vapNamespaces reads namespaces from the apiserver, as the apiserver's own namespace matcher does
-// (its lister falls back to a live read). Errors are returned unwrapped: the matcher needs the
-// NotFound status.
-type vapNamespaces struct {
-	ctx context.Context
-	c   client.Client
-}
-
-var _ vap.NamespaceGetter = vapNamespaces{}
-
-func (n vapNamespaces) Get(name string) (*corev1.Namespace, error) {
-	ns := &corev1.Namespace{}
-	if err := n.c.Get(n.ctx, client.ObjectKey{Name: name}, ns); err != nil {
-		return nil, err
-	}
-	return ns, nil
-}
-
-// vapParams reads params from the apiserver. Errors are returned unwrapped, as a lister returns them.
-type vapParams struct {
-	ctx      context.Context
-	dyn      dynamic.Interface
-	resolver vap.ResourceResolver
-}
-
-var _ vap.ParamSource = vapParams{}
-
-func (p vapParams) resource(gvk schema.GroupVersionKind, namespace string) (dynamic.ResourceInterface, error) {
-	r, err := p.resolver.ResourceForKind(gvk)
-	if err != nil {
-		return nil, err
-	}
-	if !r.Namespaced {
-		namespace = ""
-	}
-	return vapResource(p.dyn, r.Resource, namespace), nil
-}
-
-func (p vapParams) Get(gvk schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
-	res, err := p.resource(gvk, namespace)
-	if err != nil {
-		return nil, err
-	}
-	return res.Get(p.ctx, name, metav1.GetOptions{})
-}
-
-func (p vapParams) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
-	res, err := p.resource(gvk, namespace)
-	if err != nil {
-		return nil, err
-	}
-	list, err := res.List(p.ctx, metav1.ListOptions{LabelSelector: selector.String()})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]runtime.Object, len(list.Items))
-	for i := range list.Items {
-		out[i] = &list.Items[i]
-	}
-	return out, nil
-}
-
 // vapResolver builds the audit's resource resolver from the apiserver's discovery, each group's
 // preferred version first, as the operator builds it. It waits until discovery serves every kind in
 // want (new CRDs appear in discovery a moment after they are established).
@@ -857,13 +795,9 @@ func vapResolver(ctx context.Context, dc discovery.DiscoveryInterface, want []sc
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		resolver, err := func() (*vap.StaticResolver, error) {
-			groups, lists, err := discovery.ServerGroupsAndResources(dc)
-			if err != nil && !discovery.IsGroupDiscoveryFailedError(err) {
-				return nil, fmt.Errorf("reading discovery: %w", err)
-			}
-			r, err := vap.NewResolverFromDiscovery(groups, lists)
+			r, err := views.LiveResources(ctx, dc)
 			if err != nil {
-				return nil, fmt.Errorf("building the resolver: %w", err)
+				return nil, err
 			}
 			for _, gvk := range want {
 				if _, err := r.ResourceForKind(gvk); err != nil {
