@@ -17,15 +17,15 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// CRDReconciler keeps one compiled policy per audited CRD registered with the scan engine. A CRD is compiled
+// crdReconciler keeps one compiled policy per audited CRD registered with the scan engine. A CRD is compiled
 // again only when its uid, generation or celaudit annotations change.
 //
 // Reconciles of one CRD never overlap (the work queue hands out each key to one worker at a time), so the
 // compile runs without a lock; the lock only guards the map of what was compiled, which reconciles of other
 // CRDs share.
-type CRDReconciler struct {
+type crdReconciler struct {
 	Client   client.Client
-	Registry PolicyRegistry
+	Registry policyRegistry
 	// Compile builds the policy of one CRD.
 	Compile func(*apiextensionsv1.CustomResourceDefinition) audit.Policy
 	// Audited tells whether a CRD is audited at all (for example, not celaudit's own report CRDs).
@@ -57,7 +57,7 @@ func (c compiledCRD) sameSource(o compiledCRD) bool {
 // +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;watch
 
 // Reconcile compiles a CRD's validation into a policy, or removes the policy of a CRD that is gone.
-func (r *CRDReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *crdReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	defer r.Startup.Reconciled(audit.CRDKey(req.Name))
 	if r.Changed != nil {
 		r.Changed()
@@ -73,7 +73,7 @@ func (r *CRDReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return r.reconcile(ctx, crd), nil
 }
 
-func (r *CRDReconciler) reconcile(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) ctrl.Result {
+func (r *crdReconciler) reconcile(ctx context.Context, crd *apiextensionsv1.CustomResourceDefinition) ctrl.Result {
 	if !crd.DeletionTimestamp.IsZero() || !r.Audited(crd) || !established(crd) {
 		r.remove(crd.Name)
 		return ctrl.Result{}
@@ -98,14 +98,14 @@ func (r *CRDReconciler) reconcile(ctx context.Context, crd *apiextensionsv1.Cust
 	return requeueIn(interval, now.Sub(have.scanned))
 }
 
-func (r *CRDReconciler) lookup(name string) (compiledCRD, bool) {
+func (r *crdReconciler) lookup(name string) (compiledCRD, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	c, ok := r.compiled[name]
 	return c, ok
 }
 
-func (r *CRDReconciler) store(name string, c compiledCRD) {
+func (r *crdReconciler) store(name string, c compiledCRD) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.compiled == nil {
@@ -114,7 +114,7 @@ func (r *CRDReconciler) store(name string, c compiledCRD) {
 	r.compiled[name] = c
 }
 
-func (r *CRDReconciler) remove(name string) {
+func (r *crdReconciler) remove(name string) {
 	r.mu.Lock()
 	delete(r.compiled, name)
 	r.mu.Unlock()
@@ -122,7 +122,7 @@ func (r *CRDReconciler) remove(name string) {
 }
 
 // listAtStartup tells the start-up gate which CRDs the synced cache holds.
-func (r *CRDReconciler) listAtStartup(ctx context.Context) error {
+func (r *crdReconciler) listAtStartup(ctx context.Context) error {
 	list := &apiextensionsv1.CustomResourceDefinitionList{}
 	if err := r.Client.List(ctx, list); err != nil {
 		return fmt.Errorf("listing CustomResourceDefinitions: %w", err)
@@ -136,9 +136,9 @@ func (r *CRDReconciler) listAtStartup(ctx context.Context) error {
 }
 
 // SetupWithManager registers the reconciler and its start-up listing with mgr.
-func (r *CRDReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
+func (r *crdReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
 	if r.Client == nil || r.Registry == nil || r.Compile == nil || r.Startup == nil {
-		return fmt.Errorf("CRDReconciler needs Client, Registry, Compile and Startup")
+		return fmt.Errorf("crdReconciler needs Client, Registry, Compile and Startup")
 	}
 	if r.Audited == nil {
 		r.Audited = func(*apiextensionsv1.CustomResourceDefinition) bool { return true }

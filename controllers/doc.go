@@ -1,4 +1,16 @@
-// Package controllers holds celaudit's reconcilers: one per kind it watches. They gather inputs from the API
-// server, hand them to the pure packages under internal/ (compilation, evaluation, report building) and write
-// only what changed.
+// Package controllers is celaudit's operator: one reconciler per kind it watches, and NewOperator, which
+// wires them to a manager.
+//
+//   - crdReconciler compiles each audited CustomResourceDefinition's validation into a policy;
+//   - vapReconciler compiles each ValidatingAdmissionPolicy once and binds it to its bindings, the served
+//     resources and its params;
+//   - namespaceReconciler rescans, within one namespace, the policies a namespace's labels matter to;
+//   - ReportReconciler writes each namespace's PolicyReports (and the ClusterPolicyReports) from the
+//     current results, only when they changed.
+//
+// The reconcilers gather inputs from the manager's cache and hand them to the pure packages under
+// internal/: compilation and evaluation in internal/engine (the path every front end shares), the
+// cluster views policies read in internal/views, reading and evaluating audited objects in internal/scan,
+// results in internal/results and report building in internal/report. Options (options.go) are the
+// operator's settings and flags; operator.go lists the wiring steps.
 package controllers

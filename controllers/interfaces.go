@@ -8,15 +8,15 @@ import (
 	"github.com/celaudit/celaudit/internal/scan"
 )
 
-// PolicyRegistry receives compiled policies; the scan engine evaluates them on the objects they cover.
-type PolicyRegistry interface {
+// policyRegistry receives compiled policies; the scan engine evaluates them on the objects they cover.
+type policyRegistry interface {
 	SetPolicy(p audit.Policy)
 	ReplacePolicy(p audit.Policy)
 	RemovePolicy(key audit.PolicyKey)
 	Rescan(key audit.PolicyKey, namespace string)
 }
 
-var _ PolicyRegistry = &scan.Engine{}
+var _ policyRegistry = &scan.Engine{}
 
 // EventRecorder records Events (events.k8s.io/v1) about objects: regarding is the object the Event is about,
 // related an optional second one.

@@ -16,11 +16,11 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// NamespaceReconciler rescans, within one namespace, the policies whose results depend on namespaces (a
+// namespaceReconciler rescans, within one namespace, the policies whose results depend on namespaces (a
 // namespaceSelector, or the namespaceObject variable) when that namespace's labels change or it appears.
-type NamespaceReconciler struct {
+type namespaceReconciler struct {
 	Client   client.Client
-	Registry PolicyRegistry
+	Registry policyRegistry
 	// Dependents returns the keys of the policies whose results depend on namespaces.
 	Dependents func() []audit.PolicyKey
 	// Since is when the operator started: namespaces created earlier are covered by the first audit.
@@ -31,7 +31,7 @@ type NamespaceReconciler struct {
 }
 
 // Reconcile compares a namespace's labels with those last seen and rescans its dependent policies on change.
-func (r *NamespaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *namespaceReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := &corev1.Namespace{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ns); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -70,9 +70,9 @@ func labelSignature(l map[string]string) string {
 }
 
 // SetupWithManager registers the reconciler with mgr.
-func (r *NamespaceReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
+func (r *namespaceReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
 	if r.Client == nil || r.Registry == nil || r.Dependents == nil {
-		return fmt.Errorf("NamespaceReconciler needs Client, Registry and Dependents")
+		return fmt.Errorf("namespaceReconciler needs Client, Registry and Dependents")
 	}
 	b := ctrl.NewControllerManagedBy(mgr).For(&corev1.Namespace{}).Named("namespace")
 	for _, o := range opts {

@@ -90,7 +90,7 @@ type wiring struct {
 	refresher *views.Refresher
 	scan      *scan.Engine
 	startup   *startupGate
-	vaps      *VAPReconciler
+	vaps      *vapReconciler
 	audited   atomic.Bool // the first audit is done
 }
 
@@ -152,7 +152,7 @@ func (w *wiring) newScan() error {
 	if err != nil {
 		return fmt.Errorf("creating the audit client: %w", err)
 	}
-	readErrors := &ReadErrorEvents{Reader: w.mgr.GetClient(), Recorder: w.events, Log: w.log.WithName("events")}
+	readErrors := &readErrorEvents{Reader: w.mgr.GetClient(), Recorder: w.events, Log: w.log.WithName("events")}
 	w.scan = scan.New(reader, w.store, w.log.WithName("scan"), scan.Options{
 		PageSize:    w.opts.PageSize,
 		Workers:     w.opts.Workers,
@@ -172,7 +172,7 @@ func (w *wiring) newScan() error {
 func (w *wiring) setupCRDs() error {
 	compiler := engine.Compiler{}
 	excluded := w.opts.excludedGroups()
-	err := (&CRDReconciler{
+	err := (&crdReconciler{
 		Client:   w.mgr.GetClient(),
 		Registry: w.scan,
 		Compile:  compiler.CRD,
@@ -200,7 +200,7 @@ func (w *wiring) setupVAPs() error {
 	if compile == nil {
 		compile = vap.CompilePolicy
 	}
-	w.vaps = &VAPReconciler{
+	w.vaps = &vapReconciler{
 		Client:     w.mgr.GetClient(),
 		Registry:   w.scan,
 		Discovery:  w.discovery,
@@ -211,7 +211,7 @@ func (w *wiring) setupVAPs() error {
 		Resync:  w.opts.ResyncPeriod,
 		Startup: w.startup,
 	}
-	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.ParamsChanged)
+	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged)
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
 		return fmt.Errorf("adding param source: %w", err)
 	}
@@ -222,10 +222,10 @@ func (w *wiring) setupVAPs() error {
 }
 
 func (w *wiring) setupNamespaces() error {
-	err := (&NamespaceReconciler{
+	err := (&namespaceReconciler{
 		Client:     w.mgr.GetClient(),
 		Registry:   w.scan,
-		Dependents: w.vaps.NamespaceDependents,
+		Dependents: w.vaps.namespaceDependents,
 		Since:      time.Now(),
 	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
 	if err != nil {

@@ -20,11 +20,11 @@ const (
 	ReasonResourceReadable   = "ResourceReadable"
 )
 
-// ReadErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
+// readErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
 // forbidden LIST, an aggregated API that is down), and again when it can: an error result in a report is
 // easy to miss, `kubectl describe` on the policy is where users look. The scan engine calls it once per change
 // of the error, not per retry.
-type ReadErrorEvents struct {
+type readErrorEvents struct {
 	// Reader reads the policy objects the events are about (the manager's cache holds them).
 	Reader   client.Reader
 	Recorder EventRecorder
@@ -32,7 +32,7 @@ type ReadErrorEvents struct {
 }
 
 // ReadError implements scan.Options.OnReadError.
-func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error) {
+func (r *readErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error) {
 	ctx := context.Background()
 	for _, key := range policies {
 		obj := r.policyObject(ctx, key)
@@ -50,7 +50,7 @@ func (r *ReadErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []
 }
 
 // policyObject returns the object behind a policy, or nil when it is gone.
-func (r *ReadErrorEvents) policyObject(ctx context.Context, key audit.PolicyKey) client.Object {
+func (r *readErrorEvents) policyObject(ctx context.Context, key audit.PolicyKey) client.Object {
 	var obj client.Object
 	switch key.Source {
 	case audit.SourceCRD:

@@ -34,16 +34,16 @@ import (
 // bindingPolicyField indexes bindings by the policy they bind.
 const bindingPolicyField = "spec.policyName"
 
-// VAPReconciler keeps one audit policy per ValidatingAdmissionPolicy registered with the scan engine: the
+// vapReconciler keeps one audit policy per ValidatingAdmissionPolicy registered with the scan engine: the
 // policy compiled once per uid and generation, bound to its bindings and to the served resources. A binding
 // or discovery change binds again without recompiling; a param or namespace change rescans without binding.
 //
 // Reconciles of one policy never overlap (the work queue hands out each key to one worker at a time), so
 // compiling, binding and waiting for param informers run without a lock: a param or namespace change of
 // one policy never waits behind the compile of another. The lock only guards the state map.
-type VAPReconciler struct {
+type vapReconciler struct {
 	Client     client.Client
-	Registry   PolicyRegistry
+	Registry   policyRegistry
 	Discovery  *views.Discovery
 	Params     *views.Params
 	Namespaces vap.NamespaceGetter
@@ -77,7 +77,7 @@ type vapState struct {
 // +kubebuilder:rbac:groups="",resources=namespaces,verbs=get;list;watch
 
 // Reconcile compiles and binds one policy, or removes the policy that is gone.
-func (r *VAPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *vapReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	select {
 	case <-r.discovered:
 	case <-ctx.Done():
@@ -98,7 +98,7 @@ func (r *VAPReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	return r.reconcile(ctx, policy, bindings.Items)
 }
 
-func (r *VAPReconciler) reconcile(ctx context.Context, policy *admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) (ctrl.Result, error) {
+func (r *vapReconciler) reconcile(ctx context.Context, policy *admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) (ctrl.Result, error) {
 	if !policy.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.remove(ctx, policy.Name)
 	}
@@ -152,13 +152,13 @@ func (r *VAPReconciler) reconcile(ctx context.Context, policy *admissionregistra
 	return requeueIn(interval, now.Sub(next.scanned)), nil
 }
 
-func (r *VAPReconciler) lookup(name string) *vapState {
+func (r *vapReconciler) lookup(name string) *vapState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.state[name]
 }
 
-func (r *VAPReconciler) store(name string, st *vapState) {
+func (r *vapReconciler) store(name string, st *vapState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state == nil {
@@ -190,7 +190,7 @@ func bindingsSignature(bindings []admissionregistrationv1.ValidatingAdmissionPol
 	return b.String()
 }
 
-func (r *VAPReconciler) remove(ctx context.Context, name string) error {
+func (r *vapReconciler) remove(ctx context.Context, name string) error {
 	r.mu.Lock()
 	delete(r.state, name)
 	r.mu.Unlock()
@@ -215,10 +215,10 @@ func paramRefs(bindings []admissionregistrationv1.ValidatingAdmissionPolicyBindi
 	return out
 }
 
-// ParamsChanged rescans the policies whose bindings read one of objs (the versions of a changed object of
+// paramsChanged rescans the policies whose bindings read one of objs (the versions of a changed object of
 // kind gvk) as a param: everywhere, or only in the namespaces where it is read. Changes to other objects of
 // the kind, such as ConfigMaps that are not params, cause no work.
-func (r *VAPReconciler) ParamsChanged(gvk schema.GroupVersionKind, objs ...metav1.Object) {
+func (r *vapReconciler) paramsChanged(gvk schema.GroupVersionKind, objs ...metav1.Object) {
 	for name, st := range r.snapshot() {
 		if !slices.Contains(st.paramKinds, gvk) {
 			continue
@@ -242,8 +242,8 @@ func (r *VAPReconciler) ParamsChanged(gvk schema.GroupVersionKind, objs ...metav
 	}
 }
 
-// NamespaceDependents returns the keys of the policies whose results depend on namespaces.
-func (r *VAPReconciler) NamespaceDependents() []audit.PolicyKey {
+// namespaceDependents returns the keys of the policies whose results depend on namespaces.
+func (r *vapReconciler) namespaceDependents() []audit.PolicyKey {
 	var out []audit.PolicyKey
 	for name, st := range r.snapshot() {
 		if st.namespaces {
@@ -255,14 +255,14 @@ func (r *VAPReconciler) NamespaceDependents() []audit.PolicyKey {
 }
 
 // snapshot returns the registered states; they are never modified, so they are read without the lock.
-func (r *VAPReconciler) snapshot() map[string]*vapState {
+func (r *vapReconciler) snapshot() map[string]*vapState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.state)
 }
 
-// DiscoveryChanged binds every policy again against the new discovery snapshot.
-func (r *VAPReconciler) DiscoveryChanged() {
+// discoveryChanged binds every policy again against the new discovery snapshot.
+func (r *vapReconciler) discoveryChanged() {
 	select {
 	case r.rebind <- struct{}{}:
 	default:
@@ -271,7 +271,7 @@ func (r *VAPReconciler) DiscoveryChanged() {
 
 // listAtStartup reads discovery, which every bind needs, then tells the start-up gate which policies the
 // synced cache holds.
-func (r *VAPReconciler) listAtStartup(ctx context.Context) error {
+func (r *vapReconciler) listAtStartup(ctx context.Context) error {
 	if err := r.Discovery.Refresh(ctx); err != nil {
 		return err
 	}
@@ -289,16 +289,16 @@ func (r *VAPReconciler) listAtStartup(ctx context.Context) error {
 }
 
 // SetupWithManager registers the reconciler, the binding index and the start-up registration with mgr.
-func (r *VAPReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
+func (r *vapReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
 	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Compile == nil || r.Startup == nil {
-		return fmt.Errorf("VAPReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile and Startup")
+		return fmt.Errorf("vapReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile and Startup")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	r.rebind = make(chan struct{}, 1)
 	r.discovered = make(chan struct{})
-	r.Discovery.OnChange(r.DiscoveryChanged)
+	r.Discovery.OnChange(r.discoveryChanged)
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, bindingPolicyField,
 		func(o client.Object) []string {
 			return []string{o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec.PolicyName}
@@ -331,7 +331,7 @@ func (r *VAPReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 	return b.Complete(r)
 }
 
-func (r *VAPReconciler) enqueueAllOnRebind(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+func (r *vapReconciler) enqueueAllOnRebind(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
 	for {
 		select {
 		case <-ctx.Done():
