@@ -526,26 +526,49 @@ func runs(entries []*entry, s settings) []reportChunk {
 }
 
 // cut cuts the entries into consecutive chunks. It walks every entry, listed or not, and starts a new chunk
-// at a listed entry that would push the current chunk past the count or byte limit; unlisted entries belong
+// before a listed entry that would push the current chunk past the count or byte limit: at the first entry of
+// that entry's object, so that the object's unlisted entries sorted before it go along, or at the entry itself
+// when the chunk already lists the object (an object too large for one chunk). Other unlisted entries belong
 // to the chunk they fall in. The chunks' capacities end with their lengths, so that appending to one does not
 // overwrite the next.
 func cut(entries []*entry, s settings) []reportChunk {
 	var chunks []reportChunk
 	start, count, size := 0, 0, emptyArray
+	object, objectListed := 0, false // the first entry of the current object, and whether the chunk lists it
 	for i, e := range entries {
+		if i > 0 && !sameObject(entries[i-1], e) {
+			object, objectListed = i, false
+		}
 		if !e.listed {
 			continue
 		}
 		overCount := s.maxResults > 0 && count+1 > s.maxResults
 		overSize := s.maxReportBytes > 0 && size+e.size > s.maxReportBytes
 		if count > 0 && (overCount || overSize) {
-			chunks = append(chunks, entries[start:i:i])
-			start, count, size = i, 0, emptyArray
+			// The chunk lists something before the object unless it lists the object: the cut leaves it
+			// something either way.
+			at := i
+			if !objectListed {
+				at = object
+			}
+			chunks = append(chunks, entries[start:at:at])
+			start, count, size = at, 0, emptyArray
 		}
 		count++
 		size += e.size
+		objectListed = true
 	}
 	return append(chunks, entries[start:len(entries):len(entries)])
+}
+
+// sameObject reports whether a and b are results on the same object: the same UID, or for results without
+// one, the same reference. An object read in several versions of its resource is one object, as in bucketed.
+func sameObject(a, b *entry) bool {
+	ra, rb := &a.res.Resource, &b.res.Resource
+	if ra.UID != "" || rb.UID != "" {
+		return ra.UID == rb.UID
+	}
+	return *ra == *rb
 }
 
 // objectHash picks an object's chunk. It hashes the UID, which never changes for an object, and for results

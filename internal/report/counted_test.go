@@ -147,6 +147,21 @@ func TestBuildCountedCutNamespace(t *testing.T) {
 			},
 		},
 		{
+			// w-x has a pass kept whole (its policy also fails on it) that sorts before its failure, where the
+			// cut falls: the pass goes with the failure into the third report, and so do w-x's counted passes.
+			name: "an object's unlisted result before a cut",
+			results: slices.Concat(fails("w-a", 1), fails("w-b", 1), fails("w-m", 4), []audit.Result{
+				newResult(withObject("team-a", "w-x"), withRule("spec.check"), withVerdict(audit.Pass), withMessage("")),
+			}, fails("w-x", 1)),
+			passes: passes(map[string]int{"w-a": 1, "w-b": 20, "w-m": 300, "w-x": 4}),
+			opts:   Options{MaxResultsPerReport: 3},
+			want: []chunkWant{
+				{"celaudit", v1alpha2.PolicyReportSummary{Pass: 1 + 20 + 300 + 2000 + 4000, Fail: 3}, []string{"w-a", "w-b", "w-m"}},
+				{"celaudit-1", v1alpha2.PolicyReportSummary{Pass: 1000 + 3000, Fail: 3}, []string{"w-m", "w-m", "w-m"}},
+				{"celaudit-2", v1alpha2.PolicyReportSummary{Pass: 1 + 4, Fail: 1}, []string{"w-x"}},
+			},
+		},
+		{
 			// One report whose only result is over the byte limit: everything is counted there.
 			name:    "a single result over the byte limit",
 			results: fails("w-a", 1),
