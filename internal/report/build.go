@@ -405,7 +405,7 @@ type reportChunk []*entry
 // needs (current) keeps that split while it is not sparse, so that a result that comes and goes at a limit
 // does not move every object each time. When no such split exists (one object's results alone exceed the limits) the entries
 // are cut into consecutive runs, so that every result still gets published; a result too large on its own
-// then gets a chunk of its own.
+// then gets a chunk of its own, and counted passes follow their objects (see runs).
 func chunk(entries []*entry, s settings, current int) []reportChunk {
 	if current <= 1 && fits(entries, s) {
 		return []reportChunk{entries} // the common case: no hashing
@@ -482,26 +482,93 @@ func fits(entries []*entry, s settings) bool {
 // gives exactly the length of the serialized array.
 const emptyArray = 1
 
-// runs cuts the entries into consecutive chunks. It walks every entry, listed or not, and starts a new chunk
-// at a listed entry that would push the current chunk past the count or byte limit; unlisted entries belong
-// to the chunk they fall in.
+// runs cuts the entries into consecutive chunks (see cut) and adds each object's counted passes to the chunk
+// that holds the object's first other entry, which lists the object when it has a listed result. The counted
+// passes of an object with no other entry go by its hash, as in bucketed, to one of the first k chunks, k the
+// largest power of two that the runs reach: such an object stays in its chunk when the cut moves around other
+// objects, and moves at most once (from chunk i to i+k) when the runs grow past a power of two.
 func runs(entries []*entry, s settings) []reportChunk {
+	named := make([]*entry, 0, len(entries))
+	var counted []*entry
+	for _, e := range entries {
+		if e.counted {
+			counted = append(counted, e)
+		} else {
+			named = append(named, e)
+		}
+	}
+	chunks := cut(named, s)
+	if len(counted) == 0 {
+		return chunks
+	}
+	home := map[types.UID]int{} // object UID -> its first chunk
+	for i, c := range chunks {
+		for _, e := range c {
+			if uid := e.res.Resource.UID; uid != "" {
+				if _, ok := home[uid]; !ok {
+					home[uid] = i
+				}
+			}
+		}
+	}
+	k := 1
+	for 2*k <= len(chunks) {
+		k *= 2
+	}
+	for _, e := range counted {
+		i, ok := home[e.res.Resource.UID]
+		if !ok {
+			i = int(e.bucket & uint32(k-1))
+		}
+		chunks[i] = append(chunks[i], e)
+	}
+	return chunks
+}
+
+// cut cuts the entries into consecutive chunks. It walks every entry, listed or not, and starts a new chunk
+// before a listed entry that would push the current chunk past the count or byte limit: at the first entry of
+// that entry's object, so that the object's unlisted entries sorted before it go along, or at the entry itself
+// when the chunk already lists the object (an object too large for one chunk). Other unlisted entries belong
+// to the chunk they fall in. The chunks' capacities end with their lengths, so that appending to one does not
+// overwrite the next.
+func cut(entries []*entry, s settings) []reportChunk {
 	var chunks []reportChunk
 	start, count, size := 0, 0, emptyArray
+	object, objectListed := 0, false // the first entry of the current object, and whether the chunk lists it
 	for i, e := range entries {
+		if i > 0 && !sameObject(entries[i-1], e) {
+			object, objectListed = i, false
+		}
 		if !e.listed {
 			continue
 		}
 		overCount := s.maxResults > 0 && count+1 > s.maxResults
 		overSize := s.maxReportBytes > 0 && size+e.size > s.maxReportBytes
 		if count > 0 && (overCount || overSize) {
-			chunks = append(chunks, entries[start:i])
-			start, count, size = i, 0, emptyArray
+			// The chunk lists something before the object unless it lists the object: the cut leaves it
+			// something either way.
+			at := i
+			if !objectListed {
+				at = object
+			}
+			chunks = append(chunks, entries[start:at:at])
+			start, count, size = at, 0, emptyArray
 		}
 		count++
 		size += e.size
+		objectListed = true
 	}
-	return append(chunks, entries[start:])
+	return append(chunks, entries[start:len(entries):len(entries)])
+}
+
+// sameObject reports whether a and b are results on the same object: the same UID, or for results without
+// one, the same reference. An object read in several versions of its resource is one object, as in bucketed.
+func sameObject(a, b *entry) bool {
+	ra, rb := &a.res.Resource, &b.res.Resource
+	if ra.UID != "" || rb.UID != "" {
+		return ra.UID == rb.UID
+	}
+	return *ra == *rb
 }
 
 // objectHash picks an object's chunk. It hashes the UID, which never changes for an object, and for results

@@ -103,9 +103,9 @@ func TestBuildResultFields(t *testing.T) {
 
 	want := v1alpha2.PolicyReportResult{
 		Source:    "celaudit",
-		Policy:    "crd/widgets.example.com",
-		Rule:      "spec.replicas",
-		Category:  "CRD validation",
+		Policy:    "widgets.example.com",
+		Rule:      "spec.replicas.x-kubernetes-validations[0]",
+		Category:  "CRD Validation",
 		Severity:  v1alpha2.SeverityMedium,
 		Timestamp: metav1.Timestamp{Seconds: scanTime().Unix()},
 		Result:    v1alpha2.StatusFail,
@@ -115,9 +115,10 @@ func TestBuildResultFields(t *testing.T) {
 		}},
 		Message: "replicas must be positive",
 		Properties: map[string]string{
-			audit.PropFieldPath: "spec.replicas",
-			audit.PropReason:    "FieldValueInvalid",
-			audit.PropResultID:  in.ID(),
+			audit.PropCRDVersion: "v1",
+			audit.PropFieldPath:  "spec.replicas",
+			audit.PropReason:     "FieldValueInvalid",
+			audit.PropResultID:   in.ID(),
 		},
 	}
 	if len(got.PolicyReports) != 1 || len(got.PolicyReports[0].Results) != 1 {
@@ -264,7 +265,7 @@ func variedResults() []audit.Result {
 					out = append(out, newResult(
 						withObject(ns, name),
 						withKind("example.com/v1", kind),
-						withPolicy("crd/"+strings.ToLower(kind)+"s.example.com"),
+						withPolicy(strings.ToLower(kind)+"s.example.com"),
 						withRule([]string{"spec.a", "spec.b", "spec.c"}[rule]),
 						withVerdict(verdicts[(obj+rule)%len(verdicts)]),
 					))

@@ -4,21 +4,33 @@ import (
 	"fmt"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/report"
 )
 
 func Example() {
+	// The results of the CRD widgets.example.com on three widgets, as its validation rules report them: a
+	// failure names the rule that failed, a pass the whole validation.
 	widget := func(name string, v audit.Verdict) audit.Result {
-		return audit.Result{
-			Policy:  "crd/widgets.example.com",
-			Rule:    "spec.replicas",
-			Verdict: v,
-			Message: "replicas must be positive",
+		r := audit.Result{
+			Policy:     "widgets.example.com",
+			Category:   "CRD Validation",
+			Severity:   audit.SeverityMedium,
+			Verdict:    v,
+			Message:    "object satisfies the validation of widgets.example.com v1",
+			Properties: map[string]string{"crdVersion": "v1"},
 			Resource: audit.ObjectRef{
-				APIVersion: "example.com/v1", Kind: "Widget", Namespace: "team-a", Name: name,
+				APIVersion: "example.com/v1", Kind: "Widget", Namespace: "team-a", Name: name, UID: types.UID("uid-" + name),
 			},
 		}
+		if v != audit.Pass {
+			r.Rule = "spec.replicas.x-kubernetes-validations[0]"
+			r.Message = "spec.replicas: Invalid value: -1: replicas must not be negative"
+			r.Properties["fieldPath"], r.Properties["reason"], r.Properties["rule"] = "spec.replicas", "FieldValueInvalid", "self >= 0"
+		}
+		return r
 	}
 	results := []audit.Result{widget("w1", audit.Fail), widget("w2", audit.Pass), widget("w3", audit.Fail)}
 	now := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)

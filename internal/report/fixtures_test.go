@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/crdrules"
 )
 
 // scanTime is the injected clock of the tests; its nanoseconds check that timestamps are truncated.
@@ -20,17 +21,19 @@ func listingPasses() Options {
 
 type resultOption func(*audit.Result)
 
-// newResult builds a failing result of a CRD rule on a namespaced Widget, adjusted by opts.
+// newResult builds a failing result of a CRD rule on a namespaced Widget, adjusted by opts: shaped as the
+// results of internal/crdrules, named by the CRD and its rule's schema path and index, in that source's category.
 func newResult(opts ...resultOption) audit.Result {
 	r := audit.Result{
-		Policy:   "crd/widgets.example.com",
-		Rule:     "spec.replicas",
-		Category: "CRD validation",
+		Policy:   "widgets.example.com",
+		Rule:     "spec.replicas.x-kubernetes-validations[0]",
+		Category: crdrules.DefaultCategory,
 		Severity: audit.SeverityMedium,
 		Verdict:  audit.Fail,
 		Message:  "replicas must be positive",
 		Properties: map[string]string{
-			audit.PropFieldPath: "spec.replicas",
+			audit.PropCRDVersion: "v1",
+			audit.PropFieldPath:  "spec.replicas",
 		},
 	}
 	withObject("team-a", "w1")(&r)
