@@ -222,6 +222,8 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		Backoff:     o.ReadBackoff,
 		Namespaced:  resources.Namespaced,
 		OnReadError: readErrors.ReadError,
+		// Report writes held back for the first audit or a rescan go once it ends.
+		OnSettled: notifier.Recheck,
 	})
 	if err := mgr.Add(engine); err != nil {
 		return nil, fmt.Errorf("adding scan engine: %w", err)
@@ -229,6 +231,8 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	gate := NewGate(CRDSource, VAPSource)
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
 	gate.OnOpen(engine.Release)
+	// With no policy covering any resource, the first audit is done as the gate opens.
+	gate.OnOpen(notifier.Recheck)
 	ctrlOpts := controllerOptions(o.Workers, o.SkipControllerChecks)
 	refresher := &Refresher{Discovery: resources, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond}
 	if err := mgr.Add(refresher); err != nil {
