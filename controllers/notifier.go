@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/workqueue"
@@ -11,12 +10,15 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// Notifier collects the namespaces whose results changed and feeds them, coalesced, to the report
-// reconciler's queue. Notify never blocks, so the result store can call it under its lock.
+// Notifier collects the namespaces whose results changed and feeds them to the report reconciler's queue. It
+// is also told when the writes waiting for the first audit or a rescan may go: the reconciler's queue then
+// gets every namespace marked dirty. Notify and Recheck never block, so the result store can call Notify
+// under its lock.
 type Notifier struct {
-	mu     sync.Mutex
-	dirty  map[string]struct{}
-	signal chan struct{}
+	mu      sync.Mutex
+	dirty   map[string]struct{}
+	recheck bool
+	signal  chan struct{}
 }
 
 // NewNotifier returns an empty notifier.
@@ -29,26 +31,42 @@ func (n *Notifier) Notify(namespace string) {
 	n.mu.Lock()
 	n.dirty[namespace] = struct{}{}
 	n.mu.Unlock()
+	n.wake()
+}
+
+// Recheck enqueues every namespace marked dirty: the first audit completed, or a rescan ended, which the
+// writes of those namespaces may wait for.
+func (n *Notifier) Recheck() {
+	n.mu.Lock()
+	n.recheck = true
+	n.mu.Unlock()
+	n.wake()
+}
+
+func (n *Notifier) wake() {
 	select {
 	case n.signal <- struct{}{}:
 	default:
 	}
 }
 
-func (n *Notifier) take() []string {
+// take returns the namespaces notified since it last ran, and whether Recheck was called since.
+func (n *Notifier) take() (changed []string, recheck bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	out := make([]string, 0, len(n.dirty))
+	changed = make([]string, 0, len(n.dirty))
 	for ns := range n.dirty {
-		out = append(out, ns)
+		changed = append(changed, ns)
 	}
 	clear(n.dirty)
-	return out
+	recheck, n.recheck = n.recheck, false
+	return changed, recheck
 }
 
-// Source returns a controller source that enqueues each changed namespace after delay(namespace). The queue
-// keeps one entry per namespace and the earliest due time, so a namespace is never queued twice.
-func (n *Notifier) Source(delay func(namespace string) time.Duration) source.Source {
+// Source returns a controller source that records each changed namespace with mark and enqueues it, and on
+// Recheck enqueues each namespace of dirty(). The queue keeps one entry per namespace, so a namespace is
+// never queued twice; the reconciler decides when its reports are written.
+func (n *Notifier) Source(mark func(namespace string), dirty func() []string) source.Source {
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		go func() {
 			for {
@@ -56,10 +74,13 @@ func (n *Notifier) Source(delay func(namespace string) time.Duration) source.Sou
 				case <-ctx.Done():
 					return
 				case <-n.signal:
-					for _, ns := range n.take() {
-						if d := delay(ns); d > 0 {
-							q.AddAfter(reportRequest(ns), d)
-						} else {
+					changed, recheck := n.take()
+					for _, ns := range changed {
+						mark(ns)
+						q.Add(reportRequest(ns))
+					}
+					if recheck {
+						for _, ns := range dirty() {
 							q.Add(reportRequest(ns))
 						}
 					}

@@ -159,6 +159,8 @@ func (w *wiring) newScan() error {
 		Backoff:     w.opts.ReadBackoff,
 		Namespaced:  w.discovery.Namespaced,
 		OnReadError: readErrors.ReadError,
+		// Report writes held back for the first audit or a rescan go once it ends.
+		OnSettled: w.notifier.Recheck,
 	})
 	if err := w.mgr.Add(w.scan); err != nil {
 		return fmt.Errorf("adding scan engine: %w", err)
@@ -166,6 +168,8 @@ func (w *wiring) newScan() error {
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
 	w.startup = newStartupGate(audit.SourceCRD, audit.SourceVAP)
 	w.startup.OnOpen(w.scan.Release)
+	// With no policy covering any resource, the first audit is done as the gate opens.
+	w.startup.OnOpen(w.notifier.Recheck)
 	return nil
 }
 

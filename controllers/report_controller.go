@@ -4,14 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
@@ -45,8 +43,10 @@ type ReportReconciler struct {
 	Events  EventRecorder
 	Results ResultSource
 	// Ready reports whether the results reflect the whole cluster; until then nothing is written, so a
-	// restart never publishes a partial report.
-	Ready    func() bool
+	// restart never publishes a partial report. Notifier.Recheck is called when it may have become true.
+	Ready func() bool
+	// Notifier enqueues the namespaces whose results changed, and on Recheck those whose writes wait for the
+	// first audit or a rescan.
 	Notifier *Notifier
 	Options  report.Options
 	// Coalesce is the least time between two writes of a namespace's reports: the first change is written at
@@ -57,7 +57,8 @@ type ReportReconciler struct {
 	Writes *prometheus.CounterVec
 	// Rescanning, when set, reports whether a rescan is under way (a policy was edited, a resource is being
 	// relisted): writes wait for it to end, up to MaxHold, so that a policy edit lands in one complete write
-	// per report rather than a partial one followed by the rest.
+	// per report rather than a partial one followed by the rest. Notifier.Recheck is called when a rescan
+	// ends.
 	Rescanning func() bool
 	MaxHold    time.Duration
 	// WritesInFlight bounds the report writes in flight at once, across namespaces (default 32). A namespace
@@ -65,88 +66,74 @@ type ReportReconciler struct {
 	// across namespaces lets its chunks go out while other namespaces have nothing to write.
 	WritesInFlight int
 
-	mu         sync.Mutex
-	namespaces map[string]*namespaceState // by namespace ("" for the cluster)
-	inFlight   chan struct{}              // one token per report write under way
+	gate     writeGate     // what is kept about each namespace's writes, and when they are written
+	inFlight chan struct{} // one token per report write under way
 }
-
-// namespaceState is what the reconciler keeps about one namespace's report writes.
-type namespaceState struct {
-	lastWrite  time.Time    // zero: never written
-	dirtySince time.Time    // zero: nothing to write
-	expected   *expectation // the writes the cache has not shown yet; nil: none
-	// taken holds the report names found held by reports celaudit does not own.
-	taken sets.Set[string]
-	// conflictSince is when writes began to be refused as conflicting with the reports the API server holds;
-	// zero: the last writes were not.
-	conflictSince time.Time
-	// removed holds the result timestamps of the namespace's reports deleted since its last write, by result
-	// ID: a report deleted by hand is written again with the times its results last changed, not the time
-	// it is written again.
-	removed map[string]metav1.Timestamp
-}
-
-// expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
-// server returned ("" for a report deleted). A reconcile that runs before the cache shows them would build
-// its changes against reports that are no longer there, and create again what it just created.
-type expectation struct {
-	since   time.Time
-	reports map[string]string
-}
-
-// readyPoll is how often a report waits to see whether the first audit is done.
-const readyPoll = 100 * time.Millisecond
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
-// Reconcile rebuilds the reports of one namespace from the current results and writes the difference.
+// Reconcile rebuilds the reports of one namespace from the current results and writes the difference, when
+// the write gate lets it.
 func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	if !r.Ready() {
-		return ctrl.Result{RequeueAfter: readyPoll}, nil
-	}
-	deleting, err := r.namespaceDeleting(ctx, req.Namespace)
+	ns := req.Namespace
+	deleting, err := r.namespaceDeleting(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if deleting {
-		r.leave(ctx, req.Namespace)
+		r.leave(ctx, ns)
 		return ctrl.Result{}, nil
 	}
-	if wait := r.delay(req.Namespace); wait > 0 {
-		return ctrl.Result{RequeueAfter: wait}, nil
-	}
-	if r.hold(req.Namespace) {
-		return ctrl.Result{RequeueAfter: readyPoll}, nil
-	}
-	existing, err := r.existing(ctx, req.Namespace)
+	// Marked before the first audit and the rescan are asked about: a namespace waiting for either is then
+	// among those Notifier.Recheck enqueues when it ends.
+	r.gate.markDirty(ns, r.Clock.Now())
+	existing, err := r.existing(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if r.awaitingCache(req.Namespace, existing) {
-		return ctrl.Result{RequeueAfter: readyPoll}, nil
+	in := writeInputs{
+		now:            r.Clock.Now(),
+		existing:       existing,
+		firstAuditDone: r.Ready(),
+		rescanning:     r.Rescanning != nil && r.Rescanning(),
 	}
-	taken := report.TakenNames(existing, r.takenIn(req.Namespace))
-	results, passes := r.Results.NamespaceCounted(req.Namespace)
+	if d := r.gate.decide(ns, in, r.limits()); d.wait != writeNow {
+		ctrl.LoggerFrom(ctx).V(2).Info("Reports wait", "for", d.wait.String(), "after", d.after)
+		return ctrl.Result{RequeueAfter: d.after}, nil
+	}
+	return r.write(ctx, ns, existing)
+}
+
+// write builds the reports of namespace from its current results and writes what differs from existing.
+func (r *ReportReconciler) write(ctx context.Context, namespace string, existing report.Reports) (ctrl.Result, error) {
+	taken := report.TakenNames(existing, r.gate.takenIn(namespace))
+	results, passes := r.Results.NamespaceCounted(namespace)
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
 	opts.Taken = taken
-	desired := report.BuildCounted(results, report.CountedPasses{req.Namespace: passes}, r.previousTimestamps(req.Namespace, existing), r.Clock.Now(), opts)
+	previous := r.gate.previousTimestamps(namespace, existing)
+	desired := report.BuildCounted(results, report.CountedPasses{namespace: passes}, previous, r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
-		r.upToDate(req.Namespace)
+		r.gate.upToDate(namespace)
 		return ctrl.Result{}, nil
 	}
-	r.wrote(req.Namespace)
-	if refused, err := r.apply(ctx, req.Namespace, changes); err != nil {
-		return r.writeFailed(ctx, req.Namespace, taken[req.Namespace], refused, err)
+	r.gate.wrote(namespace, r.Clock.Now())
+	if refused, err := r.apply(ctx, namespace, changes); err != nil {
+		return r.writeFailed(ctx, namespace, taken[namespace], refused, err)
 	}
-	r.published(req.Namespace)
+	r.gate.published(namespace)
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
 		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
 		"deleted", len(changes.PolicyReports.Delete)+len(changes.ClusterPolicyReports.Delete))
 	return ctrl.Result{}, nil
+}
+
+// limits returns the settings that bound how long writes wait.
+func (r *ReportReconciler) limits() writeLimits {
+	return writeLimits{coalesce: r.Coalesce, maxHold: r.MaxHold}
 }
 
 // writeFailed decides what follows writes of namespace's reports that failed with err; taken holds the names
@@ -182,7 +169,7 @@ func (r *ReportReconciler) namespaceDeleting(ctx context.Context, namespace stri
 // create any there, and the namespace's deletion removes those it holds. Nothing is retried, and what was
 // kept about the namespace is forgotten: one created later under its name starts afresh.
 func (r *ReportReconciler) leave(ctx context.Context, namespace string) {
-	r.forget(namespace)
+	r.gate.forget(namespace)
 	ctrl.LoggerFrom(ctx).V(1).Info("Namespace is being deleted: its reports are left to go with it")
 }
 
@@ -270,13 +257,7 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	// MaxHold counts from the end of the writes: a thousand chunks can take longer than that to write, and
 	// the cache's lag begins when they are done.
 	exp.since = r.Clock.Now()
-	r.mu.Lock()
-	st := r.state(namespace)
-	st.expected = exp
-	if err == nil {
-		st.conflictSince = time.Time{}
-	}
-	r.mu.Unlock()
+	r.gate.expect(namespace, exp, err == nil)
 	if err != nil {
 		return refused, fmt.Errorf("writing reports: %w", err)
 	}
@@ -318,102 +299,6 @@ func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) erro
 	return errors.Join(errs...)
 }
 
-// awaitingCache reports whether the cache has yet to show the namespace's last writes. An expectation is
-// dropped once the cache shows it, or after MaxHold: a report changed by someone else meanwhile may never
-// show the version written, and is then rebuilt from what the cache holds.
-func (r *ReportReconciler) awaitingCache(namespace string, existing report.Reports) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(namespace)
-	if st.expected == nil {
-		return false
-	}
-	if r.Clock.Since(st.expected.since) < r.MaxHold && !cacheShows(existing, st.expected.reports) {
-		return true
-	}
-	st.expected = nil
-	return false
-}
-
-// cacheShows reports whether existing holds every report of want at least at the resourceVersion written,
-// and none of those deleted ("").
-func cacheShows(existing report.Reports, want map[string]string) bool {
-	have := make(map[string]string, len(existing.PolicyReports)+len(existing.ClusterPolicyReports))
-	for i := range existing.PolicyReports {
-		have[existing.PolicyReports[i].Name] = existing.PolicyReports[i].ResourceVersion
-	}
-	for i := range existing.ClusterPolicyReports {
-		have[existing.ClusterPolicyReports[i].Name] = existing.ClusterPolicyReports[i].ResourceVersion
-	}
-	for name, rv := range want {
-		got, present := have[name]
-		switch {
-		case rv == "":
-			if present {
-				return false
-			}
-		case !present || !notOlder(got, rv):
-			return false
-		}
-	}
-	return true
-}
-
-// notOlder reports whether resourceVersion got is the same as or later than want. Resource versions are
-// compared as numbers when both are (as etcd's are), otherwise only for equality.
-func notOlder(got, want string) bool {
-	g, errG := strconv.ParseUint(got, 10, 64)
-	w, errW := strconv.ParseUint(want, 10, 64)
-	if errG != nil || errW != nil {
-		return got == want
-	}
-	return g >= w
-}
-
-// delay returns how long a write of namespace's reports must wait to keep writes Coalesce apart. It is
-// called when the namespace's results change, which it records.
-func (r *ReportReconciler) delay(namespace string) time.Duration {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(namespace)
-	if st.dirtySince.IsZero() {
-		st.dirtySince = r.Clock.Now()
-	}
-	if st.lastWrite.IsZero() {
-		return 0
-	}
-	return r.Coalesce - r.Clock.Since(st.lastWrite)
-}
-
-// hold reports whether the write of namespace's reports should wait for a rescan to finish.
-func (r *ReportReconciler) hold(namespace string) bool {
-	if r.Rescanning == nil || !r.Rescanning() {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	since := r.state(namespace).dirtySince
-	return !since.IsZero() && r.Clock.Since(since) < r.MaxHold
-}
-
-func (r *ReportReconciler) wrote(namespace string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(namespace)
-	st.lastWrite = r.Clock.Now()
-	st.dirtySince = time.Time{}
-}
-
-// upToDate records that namespace's reports hold its results.
-func (r *ReportReconciler) upToDate(namespace string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(namespace)
-	st.dirtySince = time.Time{}
-	st.conflictSince = time.Time{}
-	st.removed = nil // what the reports hold is current: the results of reports deleted before are gone
-}
-
 // reportDeleted keeps the result timestamps of a report of celaudit's that was deleted, until the namespace's
 // reports are written again.
 func (r *ReportReconciler) reportDeleted(o client.Object) {
@@ -430,60 +315,12 @@ func (r *ReportReconciler) reportDeleted(o client.Object) {
 	if len(timestamps) == 0 {
 		return
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(o.GetNamespace())
-	st.removed = addMissing(st.removed, timestamps)
+	r.gate.keepRemoved(o.GetNamespace(), timestamps)
 }
 
-// previousTimestamps returns the timestamps of the results the namespace's reports hold, and of those its
-// reports deleted since the last write held.
-func (r *ReportReconciler) previousTimestamps(namespace string, existing report.Reports) map[string]metav1.Timestamp {
-	previous := report.PreviousTimestamps(existing)
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return addMissing(previous, r.state(namespace).removed)
-}
-
-// addMissing adds to dst the timestamps of src whose result IDs dst lacks, and returns dst (made when nil).
-func addMissing(dst, src map[string]metav1.Timestamp) map[string]metav1.Timestamp {
-	if dst == nil {
-		dst = make(map[string]metav1.Timestamp, len(src))
-	}
-	for id, ts := range src {
-		if _, ok := dst[id]; !ok {
-			dst[id] = ts
-		}
-	}
-	return dst
-}
-
-// published records that namespace's reports were written: the timestamps of reports deleted before are
-// in them now, or belong to results that are gone.
-func (r *ReportReconciler) published(namespace string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.state(namespace).removed = nil
-}
-
-// forget drops what is kept about namespace.
-func (r *ReportReconciler) forget(namespace string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	delete(r.namespaces, namespace)
-}
-
-// state returns what is kept about namespace, created empty on first use. The caller holds r.mu.
-func (r *ReportReconciler) state(namespace string) *namespaceState {
-	st, ok := r.namespaces[namespace]
-	if !ok {
-		if r.namespaces == nil {
-			r.namespaces = map[string]*namespaceState{}
-		}
-		st = &namespaceState{}
-		r.namespaces[namespace] = st
-	}
-	return st
+// markDirty records that namespace's results changed.
+func (r *ReportReconciler) markDirty(namespace string) {
+	r.gate.markDirty(namespace, r.Clock.Now())
 }
 
 func (r *ReportReconciler) count(op string, n int) {
@@ -541,7 +378,7 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 		Named("policyreport").
 		Watches(&v1alpha2.PolicyReport{}, toNamespace, managed).
 		Watches(&v1alpha2.ClusterPolicyReport{}, toNamespace, managed).
-		WatchesRawSource(r.Notifier.Source(r.delay))
+		WatchesRawSource(r.Notifier.Source(r.markDirty, r.gate.dirty))
 	for _, o := range opts {
 		b = o(b)
 	}

@@ -4,10 +4,8 @@ import (
 	"context"
 	"maps"
 	"testing"
-	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clocktesting "k8s.io/utils/clock/testing"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
@@ -54,51 +52,12 @@ func TestCacheShows(t *testing.T) {
 	}
 }
 
-func TestAwaitingCache(t *testing.T) {
-	start := time.Date(2026, 11, 22, 8, 0, 0, 0, time.UTC)
-	stale := report.Reports{PolicyReports: []v1alpha2.PolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "4"}}}}
-	fresh := report.Reports{PolicyReports: []v1alpha2.PolicyReport{{ObjectMeta: metav1.ObjectMeta{Name: "a", ResourceVersion: "5"}}}}
-	newReconciler := func() (*ReportReconciler, *clocktesting.FakeClock) {
-		clock := clocktesting.NewFakeClock(start)
-		return &ReportReconciler{Clock: clock, MaxHold: 10 * time.Second, namespaces: map[string]*namespaceState{
-			"ns": {expected: &expectation{since: start, reports: map[string]string{"a": "5"}}},
-		}}, clock
-	}
-
-	r, clock := newReconciler()
-	if !r.awaitingCache("ns", stale) {
-		t.Fatal("the cache holds an older version, yet the write is not awaited")
-	}
-	if r.awaitingCache("other", stale) {
-		t.Fatal("a namespace without writes is awaited")
-	}
-	clock.Step(9 * time.Second)
-	if !r.awaitingCache("ns", stale) {
-		t.Fatal("the write is no longer awaited before MaxHold")
-	}
-	clock.Step(time.Second)
-	if r.awaitingCache("ns", stale) {
-		t.Fatal("the write is still awaited after MaxHold")
-	}
-	if r.namespaces["ns"].expected != nil {
-		t.Fatal("the expectation outlived MaxHold")
-	}
-
-	r, _ = newReconciler()
-	if r.awaitingCache("ns", fresh) {
-		t.Fatal("the cache shows the write, yet it is awaited")
-	}
-	if r.namespaces["ns"].expected != nil {
-		t.Fatal("the expectation outlived the cache showing it")
-	}
-}
-
 // ApplyForTest writes changes as a reconcile of namespace does and returns the writes it then expects the
 // cache to show. Unset settings take the defaults SetupWithManager gives them.
 func (r *ReportReconciler) ApplyForTest(ctx context.Context, namespace string, changes report.Changes) (map[string]string, error) {
 	r.defaults()
 	_, err := r.apply(ctx, namespace, changes)
-	return maps.Clone(r.namespaces[namespace].expected.reports), err
+	return maps.Clone(r.gate.namespaces[namespace].expected.reports), err
 }
 
 // ReconcileForTest reconciles namespace's reports once, as the controller does.
@@ -110,5 +69,6 @@ func (r *ReportReconciler) ReconcileForTest(ctx context.Context, namespace strin
 // AwaitingCacheForTest reports whether a reconcile of namespace would wait for the cache to show its last
 // writes, given the reports the cache holds.
 func (r *ReportReconciler) AwaitingCacheForTest(namespace string, existing report.Reports) bool {
-	return r.awaitingCache(namespace, existing)
+	in := writeInputs{now: r.Clock.Now(), existing: existing, firstAuditDone: true}
+	return r.gate.decide(namespace, in, r.limits()).wait == waitCache
 }

@@ -296,8 +296,17 @@ func TestDeletedReportKeepsTimestamps(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Timestamps have a resolution of a second: a report written again at once could not tell them apart.
-	time.Sleep(1100 * time.Millisecond)
+	// Timestamps have a resolution of a second: the reports are deleted once the clock the operator stamps
+	// results with is past the second of every timestamp they hold, so that a report written again with the
+	// time it is written could not hold the same ones.
+	envtestutil.Eventually(t, 5*time.Second, func() error {
+		for name, ts := range before {
+			if now := time.Now().Unix(); now <= ts.Seconds {
+				return fmt.Errorf("the clock (%d) is not past the timestamp of %s (%d)", now, name, ts.Seconds)
+			}
+		}
+		return nil
+	})
 	if err := env.Client.DeleteAllOf(ctx, &v1alpha2.PolicyReport{}, client.InNamespace("stamps")); err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package controllers
 import (
 	"context"
 	"fmt"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -38,7 +37,7 @@ func (r *ReportReconciler) conflicted(ctx context.Context, namespace string, tak
 		r.nameTaken(ctx, namespace, taken, m)
 	}
 	if len(theirs) == 0 {
-		if since := r.conflicting(namespace); r.Clock.Since(since) >= r.MaxHold {
+		if since := r.gate.conflicting(namespace, r.Clock.Now()); r.Clock.Since(since) >= r.MaxHold {
 			return ctrl.Result{}, fmt.Errorf("report writes have been refused as conflicting since %s: %w", since.Format("15:04:05"), err)
 		}
 	}
@@ -75,18 +74,10 @@ func (r *ReportReconciler) notOurs(ctx context.Context, objs []client.Object) ([
 // once, where users look: a Warning Event on that report, and a log line. taken holds the names already
 // avoided.
 func (r *ReportReconciler) nameTaken(ctx context.Context, namespace string, taken sets.Set[string], theirs *metav1.PartialObjectMetadata) {
-	r.mu.Lock()
-	st := r.state(namespace)
-	if st.taken.Has(theirs.Name) {
-		r.mu.Unlock()
+	avoided, known := r.gate.takeName(namespace, theirs.Name, taken)
+	if known {
 		return
 	}
-	if st.taken == nil {
-		st.taken = sets.New[string]()
-	}
-	st.taken.Insert(theirs.Name)
-	avoided := st.taken.Union(taken)
-	r.mu.Unlock()
 
 	index, _ := report.ChunkIndex(theirs.Name) // celaudit creates only chunks
 	instead := report.FreeChunkName(index, avoided)
@@ -95,23 +86,4 @@ func (r *ReportReconciler) nameTaken(ctx context.Context, namespace string, take
 		report.ManagedByLabel, report.ManagedByValue, instead)
 	ctrl.LoggerFrom(ctx).Info("A report celaudit does not own holds the name of one of its reports: publishing under another name",
 		"report", klog.KObj(theirs), "kind", theirs.Kind, "instead", instead)
-}
-
-// takenIn returns the names found taken in namespace, as TakenNames expects them.
-func (r *ReportReconciler) takenIn(namespace string) map[string]sets.Set[string] {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return map[string]sets.Set[string]{namespace: r.state(namespace).taken.Clone()}
-}
-
-// conflicting records that writes of namespace's reports were refused as conflicting, and returns since when
-// they have been.
-func (r *ReportReconciler) conflicting(namespace string) time.Time {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	st := r.state(namespace)
-	if st.conflictSince.IsZero() {
-		st.conflictSince = r.Clock.Now()
-	}
-	return st.conflictSince
 }

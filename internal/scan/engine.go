@@ -54,6 +54,10 @@ type Options struct {
 	// when the error first occurs and again each time its text changes, not on every retry, and with a nil
 	// error once the resource is readable again.
 	OnReadError func(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error)
+	// OnSettled, when set, is called when the engine becomes synced (see Engine.Synced): a read ends, or a
+	// watcher stops, and every watcher is then idle. It is called without the engine's locks held, and may be
+	// called more than once for one settling (reads that end together, a watcher woken with nothing to read).
+	OnSettled func()
 }
 
 func (o *Options) defaults() {
@@ -256,6 +260,13 @@ func (e *Engine) Synced() bool {
 	return true
 }
 
+// settled calls Options.OnSettled if the engine is synced. The caller holds none of the engine's locks.
+func (e *Engine) settled() {
+	if e.opts.OnSettled != nil && e.Synced() {
+		e.opts.OnSettled()
+	}
+}
+
 // policiesFor returns the policies covering gvr, sorted by key, restricted to keys when keys is not nil. It
 // runs for every watch event, so it reads the index rather than asking every policy for its resources. The
 // unrestricted slice is shared: callers must not modify it.
@@ -306,6 +317,9 @@ func (e *Engine) startLocked(w *watcher) {
 	go func() {
 		defer e.wg.Done()
 		w.run(ctx)
+		if !w.idle() { // it stopped with a read to do: the others may be synced
+			e.settled()
+		}
 	}()
 }
 

@@ -139,12 +139,17 @@ func (w *watcher) takePending() (all policySet, byNS map[string]policySet) {
 	return all, byNS
 }
 
-func (w *watcher) done(listed bool) {
+// done marks the watcher no longer busy, its resource read when listed is set, and tells the engine, which
+// may now be synced, unless the watcher is stopping (see Engine.startLocked).
+func (w *watcher) done(ctx context.Context, listed bool) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.busy = false
 	if listed {
 		w.listed = true
+	}
+	w.mu.Unlock()
+	if ctx.Err() == nil {
+		w.engine.settled()
 	}
 }
 
@@ -181,7 +186,7 @@ func (w *watcher) run(ctx context.Context) {
 		}
 		if err != nil {
 			w.requeue(all, byNS)
-			w.done(false)
+			w.done(ctx, false)
 			if ctx.Err() != nil {
 				return
 			}
@@ -192,7 +197,7 @@ func (w *watcher) run(ctx context.Context) {
 			continue
 		}
 		failures = 0
-		w.done(true)
+		w.done(ctx, true)
 		expired, err := w.watch(ctx)
 		switch {
 		case expired:
