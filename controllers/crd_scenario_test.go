@@ -2,7 +2,9 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -87,9 +89,9 @@ func namespace(name string) *corev1.Namespace {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 }
 
-// reportResults returns "verdict name: message" for every listed result of celaudit's reports in namespace
-// ("" for the cluster report), sorted, and the summed summary.
-func reportResults(ctx context.Context, ns string) ([]string, v1alpha2.PolicyReportSummary, error) {
+// celauditResults returns every result listed in celaudit's reports in namespace ns ("" for the cluster
+// reports) and their summed summary.
+func celauditResults(ctx context.Context, ns string) ([]v1alpha2.PolicyReportResult, v1alpha2.PolicyReportSummary, error) {
 	var (
 		items []v1alpha2.PolicyReportResult
 		sum   v1alpha2.PolicyReportSummary
@@ -114,16 +116,31 @@ func reportResults(ctx context.Context, ns string) ([]string, v1alpha2.PolicyRep
 			sum = addSummary(sum, r.Summary)
 		}
 	}
-	var out []string
+	return items, sum, nil
+}
+
+// reportResults returns "verdict name: message" for every listed result of celaudit's reports in namespace
+// ns ("" for the cluster report), sorted, and the summed summary.
+func reportResults(ctx context.Context, ns string) ([]string, v1alpha2.PolicyReportSummary, error) {
+	items, sum, err := celauditResults(ctx, ns)
+	if err != nil {
+		return nil, sum, err
+	}
+	out := make([]string, 0, len(items))
 	for _, r := range items {
-		name := ""
-		if len(r.Resources) > 0 {
-			name = r.Resources[0].Name
-		}
-		out = append(out, fmt.Sprintf("%s %s: %s", r.Result, name, r.Message))
+		out = append(out, resultLine(r))
 	}
 	sort.Strings(out)
 	return out, sum, nil
+}
+
+// resultLine is "verdict name: message" for r.
+func resultLine(r v1alpha2.PolicyReportResult) string {
+	name := ""
+	if len(r.Resources) > 0 {
+		name = r.Resources[0].Name
+	}
+	return fmt.Sprintf("%s %s: %s", r.Result, name, r.Message)
 }
 
 func addSummary(a, b v1alpha2.PolicyReportSummary) v1alpha2.PolicyReportSummary {
@@ -149,6 +166,104 @@ func expectReport(t *testing.T, ns string, pass int, want ...string) {
 		}
 		return nil
 	})
+}
+
+// published is what celaudit's reports in one namespace hold: each listed result as JSON, timestamps and
+// properties included, sorted, and the summed summary.
+type published struct {
+	results []string
+	summary v1alpha2.PolicyReportSummary
+}
+
+// publishedIn returns what celaudit's reports in namespace ns ("" for the cluster reports) hold, leaving out
+// of the results those about the object named except, if not "" (the summary counts them).
+func publishedIn(ctx context.Context, ns, except string) (published, error) {
+	items, sum, err := celauditResults(ctx, ns)
+	if err != nil {
+		return published{}, err
+	}
+	out := published{summary: sum}
+	for _, r := range items {
+		if except != "" && len(r.Resources) > 0 && r.Resources[0].Name == except {
+			continue
+		}
+		data, err := json.Marshal(r)
+		if err != nil {
+			return published{}, err
+		}
+		out.results = append(out.results, string(data))
+	}
+	sort.Strings(out.results)
+	return out, nil
+}
+
+// mustPublishedIn is publishedIn of every result, failing the test on error.
+func mustPublishedIn(t *testing.T, ns string) published {
+	t.Helper()
+	p, err := publishedIn(context.Background(), ns, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// expectOnlyMarkerWritten proves that a change made nothing to write in namespace ns ("" for the cluster
+// reports). Call it once the change has been evaluated, after changing a marker object in ns whose only
+// result is want: "verdict name: message" (name being the marker's) for a listed result, or "pass name" for a
+// pass, which only the summary counts. It waits until the marker's result is published, and checks that
+// getting there took one write, that of the marker, and changed nothing else since before (mustPublishedIn
+// when counter began counting).
+//
+// Reports are built from every result computed until then, so when the marker is published, whatever the
+// change under test gave to write has been written: in a write of its own, which makes two, or in the
+// marker's, whose other results would then differ from before.
+func expectOnlyMarkerWritten(t *testing.T, counter *envtestutil.RequestCounter, ns string, before published, want string) {
+	t.Helper()
+	verdict, rest, _ := strings.Cut(want, " ")
+	marker, _, _ := strings.Cut(rest, ":")
+	wantSummary := before.summary
+	switch v1alpha2.PolicyResult(verdict) {
+	case v1alpha2.StatusPass:
+		wantSummary.Pass++
+	case v1alpha2.StatusFail:
+		wantSummary.Fail++
+	case v1alpha2.StatusWarn:
+		wantSummary.Warn++
+	case v1alpha2.StatusError:
+		wantSummary.Error++
+	default:
+		t.Fatalf("marker result %q: want pass, fail, warn or error", want)
+	}
+	var others published
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		items, sum, err := celauditResults(context.Background(), ns)
+		if err != nil {
+			return err
+		}
+		if verdict == string(v1alpha2.StatusPass) {
+			if sum.Pass < wantSummary.Pass {
+				return fmt.Errorf("the reports of %q count %d passes, waiting for the marker's (%d before)", ns, sum.Pass, before.summary.Pass)
+			}
+		} else if !slices.ContainsFunc(items, func(r v1alpha2.PolicyReportResult) bool { return resultLine(r) == want }) {
+			return fmt.Errorf("the reports of %q do not list %q yet", ns, want)
+		}
+		others, err = publishedIn(context.Background(), ns, marker)
+		return err
+	})
+	writes := counter.Writes("clusterpolicyreports")
+	if ns != "" {
+		writes = reportWritesIn(counter, ns)
+	}
+	if writes != 1 {
+		t.Errorf("%d writes of the reports of %q, want 1 (the marker's): %v", writes, ns, counter.Snapshot())
+	}
+	if !slices.Equal(others.results, before.results) {
+		t.Errorf("results of %q other than the marker's changed:\nbefore %s\n after %s",
+			ns, strings.Join(before.results, "\n       "), strings.Join(others.results, "\n       "))
+	}
+	if others.summary != wantSummary {
+		t.Errorf("summary of %q is %+v, want %+v: the one before and the marker's %s", ns, others.summary, wantSummary, verdict)
+	}
 }
 
 // apiserverRejection returns the API server's answer to a server-side dry-run create of a copy of obj.
@@ -208,17 +323,32 @@ func TestCRDAuditScenario(t *testing.T) {
 		return nil
 	})
 
-	// Restart with an unchanged cluster: the new operator writes nothing.
+	// Restart with an unchanged cluster: the new operator writes nothing. A marker object in each namespace,
+	// changed once the first audit is done, is the one write there.
 	stop()
+	before := map[string]published{}
+	for _, ns := range []string{"scn-a", "scn-b", ""} {
+		before[ns] = mustPublishedIn(t, ns)
+	}
 	restarted := &envtestutil.RequestCounter{}
 	op, _ = envtestutil.StartOperator(t, restarted.Wrap(env.Config), envtestutil.TestOptions())
 	envtestutil.WaitSettled(t, op)
-	time.Sleep(2 * time.Second) // several coalescing periods: any write would have happened by now
-	if w := restarted.Writes("policyreports") + restarted.Writes("clusterpolicyreports"); w != 0 {
-		t.Fatalf("restart with an unchanged cluster wrote %d reports: %v", w, restarted.Snapshot())
+	// The API server enforces the rule: the markers pass, which the summaries count.
+	markers := []*unstructured.Unstructured{widget("Widget", "scn-a", "marker-a", 1), widget("Widget", "scn-b", "marker-b", 1), widget("Gadget", "", "marker-c", 1)}
+	mustApply(t, markers[0], markers[1], markers[2])
+	expectOnlyMarkerWritten(t, restarted, "scn-a", before["scn-a"], "pass marker-a")
+	expectOnlyMarkerWritten(t, restarted, "scn-b", before["scn-b"], "pass marker-b")
+	expectOnlyMarkerWritten(t, restarted, "", before[""], "pass marker-c")
+	if w := restarted.Writes("policyreports") + restarted.Writes("clusterpolicyreports"); w != len(markers) {
+		t.Fatalf("restart with an unchanged cluster: %d report writes, want %d (the markers'): %v", w, len(markers), restarted.Snapshot())
 	}
 	if restarted.Get("list", "widgets") == 0 {
 		t.Fatalf("restarted operator did not read the widgets: %v", restarted.Snapshot())
+	}
+	for _, m := range markers {
+		if err := env.Client.Delete(ctx, m); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	// Fixing an object removes its failure; deleting one removes its results.

@@ -9,7 +9,6 @@ import (
 	"regexp"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -64,24 +63,34 @@ func sameDefault(got, want string) bool {
 	return err1 == nil && err2 == nil && g == w
 }
 
+// runBounded runs every function, each holding a token of sem while it runs, so that no more run at once
+// than sem has room for: each function, as it starts, finds a token held for every one running.
 func TestRunBounded(t *testing.T) {
-	var inFlight, peak atomic.Int32
-	var mu sync.Mutex
-	ran := map[int]bool{}
-	boom := errors.New("boom")
-	fns := make([]func() error, 20)
+	sem := make(chan struct{}, 3)
+	var (
+		mu        sync.Mutex // guards running, ran and untokened
+		running   int
+		ran       = map[int]bool{}
+		untokened []int // functions that started with fewer tokens held than functions running
+		started   = make(chan int, 20)
+		release   = make(chan struct{})
+		boom      = errors.New("boom")
+		fns       = make([]func() error, 20)
+	)
 	for i := range fns {
 		fns[i] = func() error {
-			n := inFlight.Add(1)
-			for {
-				p := peak.Load()
-				if n <= p || peak.CompareAndSwap(p, n) {
-					break
-				}
-			}
-			time.Sleep(2 * time.Millisecond)
-			inFlight.Add(-1)
 			mu.Lock()
+			running++
+			// A token is taken before a function starts and given back after it has returned (and left
+			// running): every function counted in running holds one.
+			if len(sem) < running {
+				untokened = append(untokened, i)
+			}
+			mu.Unlock()
+			started <- i
+			<-release
+			mu.Lock()
+			running--
 			ran[i] = true
 			mu.Unlock()
 			if i%7 == 0 {
@@ -90,12 +99,29 @@ func TestRunBounded(t *testing.T) {
 			return nil
 		}
 	}
-	err := runBounded(context.Background(), fns, make(chan struct{}, 3))
+	releaseAll := sync.OnceFunc(func() { close(release) })
+	defer releaseAll() // a failure below leaves none blocked
+	done := make(chan error, 1)
+	go func() { done <- runBounded(context.Background(), fns, sem) }()
+	// The functions hold their tokens until released: as many as sem has room for run at once.
+	for n := range cap(sem) {
+		select {
+		case <-started:
+		case err := <-done:
+			t.Fatalf("runBounded returned (%v) with %d functions started and none released", err, n)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("only %d functions started at once, want %d", n, cap(sem))
+		}
+	}
+	releaseAll()
+	err := <-done
+	mu.Lock()
+	defer mu.Unlock()
+	if len(untokened) > 0 {
+		t.Fatalf("functions %v started without a token of their own", untokened)
+	}
 	if len(ran) != len(fns) {
 		t.Fatalf("ran %d of %d", len(ran), len(fns))
-	}
-	if p := peak.Load(); p > 3 || p < 2 {
-		t.Fatalf("peak concurrency %d, want 2 or 3", p)
 	}
 	var joined interface{ Unwrap() []error }
 	if !errors.Is(err, boom) || !errors.As(err, &joined) || len(joined.Unwrap()) != 3 {

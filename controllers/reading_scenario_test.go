@@ -259,13 +259,34 @@ func TestUnreadableResourceScenario(t *testing.T) {
 		})
 	}
 	expectErrorResult("limit ranges are unavailable (first cause)")
-	start, before := time.Now(), failures.Failed()
-	// The retries of the next few seconds: with a fixed wait of 100 ms there would be about 30.
-	time.Sleep(3 * time.Second)
-	elapsed, retries := time.Since(start), failures.Failed()-before
-	// Waits of 100 ms, 200 ms, 400 ms, ...: n retries take 100 ms × (2^n - 1).
-	if limit := int64(2 + logBase2(elapsed/(100*time.Millisecond))); retries > limit {
-		t.Errorf("%d LISTs in %s after the first failure, want at most %d", retries, elapsed.Round(time.Millisecond), limit)
+	// The first read and five retries, after waits of 100 ms, 200 ms, 400 ms, 800 ms and 1.6 s: with a fixed
+	// wait of 100 ms there would be about 30 reads in that time.
+	const reads = 6
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		if n := len(failures.Times()); n < reads {
+			return fmt.Errorf("%d failed LISTs of limitranges, waiting for %d", n, reads)
+		}
+		return nil
+	})
+	times := failures.Times()[:reads]
+	gaps := make([]time.Duration, reads-1)
+	for i := range gaps {
+		gaps[i] = times[i+1].Sub(times[i])
+	}
+	// No retry comes before its wait is over: retry k waits 100 ms × 2^(k-1), and the time between two LISTs
+	// is that wait and the time the operator takes to handle a failure.
+	for i, gap := range gaps {
+		if wait := opts.ReadBackoff << i; gap < wait {
+			t.Errorf("retry %d came %s after the read before it, want at least %s (gaps %v)", i+1, gap.Round(time.Millisecond), wait, gaps)
+		}
+	}
+	// The waits grow, however long handling a failure takes: the last gap exceeds the first by 1.5 s of
+	// waiting, of which the check asks for half. With a fixed wait the gaps would stay alike, also when a slow
+	// operator makes each of them longer than the backoff.
+	first, last := gaps[0], gaps[len(gaps)-1]
+	if grown, want := last-first, (opts.ReadBackoff<<(len(gaps)-1)-opts.ReadBackoff)/2; grown < want {
+		t.Errorf("the waits between retries do not double: the last gap is %s longer than the first, want at least %s (gaps %v)",
+			grown.Round(time.Millisecond), want, gaps)
 	}
 
 	failures.SetMessage("limit ranges are unavailable (second cause)")
@@ -286,13 +307,4 @@ func TestUnreadableResourceScenario(t *testing.T) {
 		}
 		return fmt.Errorf("no %s Warning Event on policy %s", controllers.ReasonResourceUnreadable, policy.Name)
 	})
-}
-
-func logBase2(n time.Duration) int {
-	k := 0
-	for n > 1 {
-		n /= 2
-		k++
-	}
-	return k
 }

@@ -63,14 +63,17 @@ func deployment(ns, name string) *appsv1.Deployment {
 }
 
 // A policy edit must re-read only the kinds that policy matches, with LISTs, and never GET objects one by one;
-// a rescan annotation re-reads them too but writes nothing when nothing changed.
+// a rescan annotation re-reads them too but writes nothing when nothing changed, though the policy has a
+// listed result that a changed evaluation would rewrite.
 func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
-	ctx := context.Background()
+	big := deployment("edit", "big")
+	big.Spec.Replicas = ptr.To[int32](5)
 	create(t,
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "edit", Labels: map[string]string{"edit-audit": "yes"}}},
 		configMap("edit", "one", map[string]string{"tier": "gold"}),
 		configMap("edit", "two", map[string]string{"tier": "silver"}),
 		deployment("edit", "web"),
+		big,
 		vapFor("edit-cm", "", "v1", "configmaps", "object.data.tier == 'gold'", "tier must be gold"),
 		bindingFor("edit-cm", "edit-cm", "edit-audit"),
 		vapFor("edit-deploy", "apps", "v1", "deployments", "object.spec.replicas <= 3", "too many replicas"),
@@ -81,7 +84,7 @@ func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
 	counter := &envtestutil.RequestCounter{}
 	op, _ := envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
 	envtestutil.WaitSettled(t, op)
-	expectReport(t, "edit", 3, "warn two: tier must be gold")
+	expectReport(t, "edit", 4, "warn two: tier must be gold", "warn big: too many replicas")
 	// Two policies cover Deployments at start-up: the first audit reads them once, for both.
 	if n := counter.Get("list", "deployments"); n != 1 {
 		t.Fatalf("the first audit listed deployments %d times, want once", n)
@@ -92,7 +95,7 @@ func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
 		p.Spec.Validations[0].Expression = "object.data.tier == 'silver'"
 		p.Spec.Validations[0].Message = "tier must be silver"
 	})
-	expectReport(t, "edit", 3, "warn one: tier must be silver")
+	expectReport(t, "edit", 4, "warn one: tier must be silver", "warn big: too many replicas")
 	if got := counter.Get("list", "configmaps"); got == 0 {
 		t.Fatalf("the edited policy's kind was not listed again: %v", counter.Snapshot())
 	}
@@ -104,6 +107,7 @@ func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
 
 	// On-demand rescan: the kind is read again; nothing changed, so no report is written.
 	counter.Reset()
+	before := mustPublishedIn(t, "edit")
 	update(t, &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "edit-deploy"}}, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
 		p.Annotations = map[string]string{"celaudit.io/rescan": "now"}
 	})
@@ -113,12 +117,16 @@ func TestPolicyEditRereadsOnlyMatchingKinds(t *testing.T) {
 		}
 		return nil
 	})
+	// Settled once the rescan's LIST is evaluated, and any other LIST it asked for.
 	envtestutil.WaitSettled(t, op)
-	time.Sleep(time.Second)
-	if w := counter.Writes("policyreports"); w != 0 || counter.Get("list", "configmaps") != 0 {
-		t.Fatalf("rescan of an unchanged policy: %d report writes, %d configmap lists", w, counter.Get("list", "configmaps"))
+	if n := counter.Get("list", "configmaps"); n != 0 {
+		t.Fatalf("rescan of the Deployment policy listed configmaps %d times: %v", n, counter.Snapshot())
 	}
-	_ = ctx
+	create(t, configMap("edit", "three", map[string]string{"tier": "gold"}))
+	expectOnlyMarkerWritten(t, counter, "edit", before, "warn three: tier must be silver")
+	if w := counter.Writes("policyreports"); w != 1 {
+		t.Fatalf("rescan of an unchanged policy: %d report writes, want 1 (the marker's): %v", w, counter.Snapshot())
+	}
 }
 
 // Ten thousand violations in one namespace produce chunked reports the API server accepts, each below the
@@ -235,12 +243,20 @@ func TestResyncIntervalAnnotation(t *testing.T) {
 	envtestutil.WaitSettled(t, op)
 	expectReport(t, "resync", 1, "fail big: spec: Invalid value: replicas must be at most 5")
 
+	// Two resyncs: the second LIST has begun, and once the operator is settled it has been evaluated.
 	counter.Reset()
-	time.Sleep(3500 * time.Millisecond)
-	if lists := counter.Get("list", "resyncers"); lists < 2 {
-		t.Fatalf("a 1s resync interval re-read the objects %d times in 3.5s", lists)
-	}
-	if w := counter.Writes("policyreports"); w != 0 {
-		t.Fatalf("resyncs of an unchanged cluster wrote %d reports", w)
+	before := mustPublishedIn(t, "resync")
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		if lists := counter.Get("list", "resyncers"); lists < 2 {
+			return fmt.Errorf("a 1s resync interval re-read the objects %d times, waiting for 2", lists)
+		}
+		return nil
+	})
+	envtestutil.WaitSettled(t, op)
+	// The API server enforces the rule: the marker passes, which the summary counts.
+	mustApply(t, widget("Resyncer", "resync", "marker", 1))
+	expectOnlyMarkerWritten(t, counter, "resync", before, "pass marker")
+	if w := counter.Writes("policyreports"); w != 1 {
+		t.Fatalf("resyncs of an unchanged cluster: %d report writes, want 1 (the marker's): %v", w, counter.Snapshot())
 	}
 }

@@ -179,7 +179,10 @@ func TestVAPParamChangeScenario(t *testing.T) {
 		configMap("vp-b", "small", map[string]string{"size": "2"}),
 	)
 	counter := &envtestutil.RequestCounter{}
-	_, _ = envtestutil.StartOperator(t, counter.Wrap(env.Config), envtestutil.TestOptions())
+	opts := envtestutil.TestOptions()
+	// One LIST request per read of the ConfigMaps, however many earlier tests left in the cluster.
+	opts.PageSize = 1 << 20
+	_, _ = envtestutil.StartOperator(t, counter.Wrap(env.Config), opts)
 	create(t,
 		&admissionregistrationv1.ValidatingAdmissionPolicy{
 			ObjectMeta: metav1.ObjectMeta{Name: "vp-size"},
@@ -205,19 +208,23 @@ func TestVAPParamChangeScenario(t *testing.T) {
 	expectReport(t, "vp-b", 2)
 
 	// ConfigMaps are the param kind, but a ConfigMap that no binding reads as a param is only an audited
-	// object: changing it re-evaluates that object alone, without re-reading any other.
+	// object: changing one re-evaluates that object alone, without re-reading any other. The operator reads
+	// ConfigMap changes in the order they are made: the pass of the one created last tells that it has seen
+	// the others.
 	counter.Reset()
-	update(t, configMap("vp-b", "small", nil), func(c *corev1.ConfigMap) { c.Data["size"] = "3" })
 	create(t, configMap("vp-params", "unrelated", map[string]string{"max": "1"}))
-	expectReport(t, "vp-b", 2)
-	time.Sleep(500 * time.Millisecond)
-	if n := counter.Get("list", "configmaps"); n != 0 {
-		t.Fatalf("changing ConfigMaps that are not params caused %d ConfigMap LISTs", n)
-	}
+	update(t, configMap("vp-b", "small", nil), func(c *corev1.ConfigMap) { c.Data["size"] = "3" })
+	create(t, configMap("vp-b", "tiny", map[string]string{"size": "1"}))
+	expectReport(t, "vp-b", 3)
 
-	// Tightening the param object fails the objects that exceed the new limit.
+	// Tightening the param object re-reads the ConfigMaps once, and fails the objects that exceed the new
+	// limit. Param changes are seen in the order they are made too: had the ConfigMaps above been taken for
+	// params, their re-reading would have been asked for before this one.
 	update(t, configMap("vp-params", "limits", nil), func(c *corev1.ConfigMap) { c.Data["max"] = "5" })
-	expectReport(t, "vp-b", 1, "fail big: size 10 exceeds 5")
+	expectReport(t, "vp-b", 2, "fail big: size 10 exceeds 5")
+	if n := counter.Get("list", "configmaps"); n != 1 {
+		t.Fatalf("changing ConfigMaps that are not params, then the param, caused %d ConfigMap LISTs, want 1 (the param's read): %v", n, counter.Snapshot())
+	}
 	if v, err := resultProperty("vp-b", "big", "param"); err != nil || v != "vp-params/limits" {
 		t.Fatalf("param property = %q, %v", v, err)
 	}
@@ -228,7 +235,7 @@ func TestVAPParamChangeScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	const notFound = "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
-	expectReport(t, "vp-b", 0, "error big: "+notFound, "error small: "+notFound)
+	expectReport(t, "vp-b", 0, "error big: "+notFound, "error small: "+notFound, "error tiny: "+notFound)
 	if v, err := resultProperty("vp-b", "big", "failurePolicy"); err != nil || v != "Fail" {
 		t.Fatalf("failurePolicy property = %q, %v", v, err)
 	}

@@ -5,7 +5,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/rest"
 )
@@ -18,14 +20,26 @@ type ListFailures struct {
 	// Resource is the plural resource name whose LISTs fail, e.g. "configmaps".
 	Resource string
 	message  atomic.Value // string
-	lists    atomic.Int64
+	mu       sync.Mutex
+	times    []time.Time // guarded by mu: when each failed LIST was made
 }
 
 // SetMessage sets the message of the failures; "" lets LISTs through again.
 func (f *ListFailures) SetMessage(message string) { f.message.Store(message) }
 
 // Failed returns how many LISTs were answered with a failure.
-func (f *ListFailures) Failed() int64 { return f.lists.Load() }
+func (f *ListFailures) Failed() int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return int64(len(f.times))
+}
+
+// Times returns when each LIST answered with a failure was made, in order.
+func (f *ListFailures) Times() []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]time.Time(nil), f.times...)
+}
 
 // Wrap returns a copy of cfg whose LISTs of Resource fail while the message is set.
 func (f *ListFailures) Wrap(cfg *rest.Config) *rest.Config {
@@ -37,7 +51,9 @@ func (f *ListFailures) Wrap(cfg *rest.Config) *rest.Config {
 				!strings.HasSuffix(req.URL.Path, "/"+f.Resource) {
 				return rt.RoundTrip(req)
 			}
-			f.lists.Add(1)
+			f.mu.Lock()
+			f.times = append(f.times, time.Now())
+			f.mu.Unlock()
 			body := fmt.Sprintf(`{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":%q,"reason":"InternalError","code":500}`, msg)
 			return &http.Response{
 				StatusCode: http.StatusInternalServerError,
