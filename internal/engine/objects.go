@@ -14,20 +14,31 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// Kinds of the policy objects Compile reads.
-var (
-	crdKind     = apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition")
-	vapKind     = admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy")
-	bindingKind = admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding")
+// policyKind names the kinds of the policy objects Compile reads.
+type policyKind int
+
+const (
+	notPolicy policyKind = iota
+	crdKind
+	vapKind
+	bindingKind
 )
+
+func kindOf(obj *unstructured.Unstructured) policyKind {
+	switch gvk := obj.GroupVersionKind(); {
+	case gvk == apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"):
+		return crdKind
+	case gvk == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"):
+		return vapKind
+	case gvk == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"):
+		return bindingKind
+	}
+	return notPolicy
+}
 
 // IsPolicyObject reports whether obj is one of the objects Compile turns into policies or bindings.
 func IsPolicyObject(obj *unstructured.Unstructured) bool {
-	switch obj.GroupVersionKind() {
-	case crdKind, vapKind, bindingKind:
-		return true
-	}
-	return false
+	return kindOf(obj) != notPolicy
 }
 
 // Compile compiles the CustomResourceDefinitions and ValidatingAdmissionPolicies among objs, the policies
@@ -43,7 +54,7 @@ func (c Compiler) Compile(objs []*unstructured.Unstructured, views Views) ([]aud
 	)
 	for _, obj := range objs {
 		var err error
-		switch obj.GroupVersionKind() {
+		switch kindOf(obj) {
 		case crdKind:
 			crd := &apiextensionsv1.CustomResourceDefinition{}
 			if err = fromUnstructured(obj, crd); err == nil {

@@ -18,15 +18,19 @@ import (
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
-// crdGroupKind is the kind of CustomResourceDefinitions in every version.
-var crdGroupKind = schema.GroupKind{Group: apiextensionsv1.GroupName, Kind: "CustomResourceDefinition"}
+// isCRDKind reports whether gk is the kind of CustomResourceDefinitions, in any version.
+func isCRDKind(gk schema.GroupKind) bool {
+	return gk.Group == apiextensionsv1.GroupName && gk.Kind == "CustomResourceDefinition"
+}
 
 // crdVerbs are the verbs the apiserver serves for a custom resource (apiextensions-apiserver
 // customresource_discovery_controller.go), in its order.
-var crdVerbs = metav1.Verbs{"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"}
+func crdVerbs() metav1.Verbs {
+	return metav1.Verbs{"delete", "deletecollection", "get", "list", "patch", "create", "update", "watch"}
+}
 
 // subresourceVerbs are the verbs of the status and scale subresources of a custom resource.
-var subresourceVerbs = metav1.Verbs{"get", "patch", "update"}
+func subresourceVerbs() metav1.Verbs { return metav1.Verbs{"get", "patch", "update"} }
 
 // FileDiscovery returns the discovery a kube-apiserver would serve once the CustomResourceDefinitions among
 // objs are established: its built-in resources (BuiltinDiscovery) followed by the groups of the CRDs, in
@@ -43,7 +47,7 @@ func FileDiscovery(objs []*unstructured.Unstructured) (DiscoverySnapshot, error)
 	crds := map[string]*apiextensionsv1.CustomResourceDefinition{}
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
-		if gvk.GroupKind() != crdGroupKind {
+		if !isCRDKind(gvk.GroupKind()) {
 			continue
 		}
 		if gvk.Version != apiextensionsv1.SchemeGroupVersion.Version {
@@ -120,7 +124,7 @@ func crdResources(crd *apiextensionsv1.CustomResourceDefinition, v apiextensions
 		Group:        crd.Spec.Group,
 		Version:      v.Name,
 		Kind:         names.Kind,
-		Verbs:        crdVerbs,
+		Verbs:        crdVerbs(),
 		ShortNames:   names.ShortNames,
 		Categories:   names.Categories,
 	}}
@@ -130,13 +134,13 @@ func crdResources(crd *apiextensionsv1.CustomResourceDefinition, v apiextensions
 	if v.Subresources.Status != nil {
 		out = append(out, metav1.APIResource{
 			Name: names.Plural + "/status", SingularName: singular, Namespaced: namespaced,
-			Group: crd.Spec.Group, Version: v.Name, Kind: names.Kind, Verbs: subresourceVerbs,
+			Group: crd.Spec.Group, Version: v.Name, Kind: names.Kind, Verbs: subresourceVerbs(),
 		})
 	}
 	if v.Subresources.Scale != nil {
 		out = append(out, metav1.APIResource{
 			Name: names.Plural + "/scale", SingularName: singular, Namespaced: namespaced,
-			Group: "autoscaling", Version: "v1", Kind: "Scale", Verbs: subresourceVerbs,
+			Group: "autoscaling", Version: "v1", Kind: "Scale", Verbs: subresourceVerbs(),
 		})
 	}
 	return out

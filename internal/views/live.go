@@ -52,9 +52,6 @@ func (m *memo[K, V]) get(key K, read func() (V, error)) (V, error) {
 	return once() // the read itself runs outside the lock
 }
 
-// namespacesResource is the resource of namespaces.
-var namespacesResource = corev1.SchemeGroupVersion.WithResource("namespaces")
-
 // LiveNamespaces reads namespaces from the API server with a GET, each at most once: a run sees one version
 // of each namespace, and a missing namespace stays missing.
 type LiveNamespaces struct {
@@ -75,7 +72,7 @@ func NewLiveNamespaces(ctx context.Context, client dynamic.Interface) *LiveNames
 // is.
 func (l *LiveNamespaces) Get(name string) (*corev1.Namespace, error) {
 	return l.reads.get(name, func() (*corev1.Namespace, error) {
-		u, err := l.client.Resource(namespacesResource).Get(l.ctx, name, metav1.GetOptions{})
+		u, err := l.client.Resource(corev1.SchemeGroupVersion.WithResource("namespaces")).Get(l.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return nil, err
 		}
