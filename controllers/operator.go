@@ -83,6 +83,7 @@ type wiring struct {
 	verdicts []audit.Verdict
 	mgr      ctrl.Manager
 	events   EventRecorder
+	compiler engine.Compiler // the apiserver's defaults, as every front end compiles
 
 	store     *results.Store
 	notifier  *Notifier
@@ -174,12 +175,11 @@ func (w *wiring) newScan() error {
 }
 
 func (w *wiring) setupCRDs() error {
-	compiler := engine.Compiler{}
 	excluded := w.opts.excludedGroups()
 	err := (&crdReconciler{
 		Client:   w.mgr.GetClient(),
 		Registry: w.scan,
-		Compile:  compiler.CRD,
+		Compile:  w.compiler.CRD,
 		Audited:  func(crd *apiextensionsv1.CustomResourceDefinition) bool { return !excluded[crd.Spec.Group] },
 		Resync:   w.opts.ResyncPeriod,
 		Startup:  w.startup,
@@ -200,20 +200,21 @@ func (w *wiring) setupVAPs() error {
 	if err != nil {
 		return fmt.Errorf("creating dynamic client: %w", err)
 	}
-	compile := w.opts.compileVAP
-	if compile == nil {
-		compile = vap.CompilePolicy
+	compile := w.compiler.VAP
+	if hold := w.opts.beforeVAPCompile; hold != nil {
+		compile = func(p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+			hold(p.Name)
+			return w.compiler.VAP(p)
+		}
 	}
 	w.vaps = &vapReconciler{
 		Client:     w.mgr.GetClient(),
 		Registry:   w.scan,
 		Discovery:  w.discovery,
 		Namespaces: namespaces,
-		Compile: func(p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
-			return compile(p, engine.Compiler{}.VAPOptions)
-		},
-		Resync:  w.opts.ResyncPeriod,
-		Startup: w.startup,
+		Compile:    compile,
+		Resync:     w.opts.ResyncPeriod,
+		Startup:    w.startup,
 	}
 	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged)
 	if err := w.mgr.Add(w.vaps.Params); err != nil {

@@ -9,12 +9,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/report"
-	"github.com/celaudit/celaudit/internal/vap"
 )
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
@@ -42,8 +40,9 @@ type Options struct {
 	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
 	Logger logr.Logger
 
-	// compileVAP compiles a ValidatingAdmissionPolicy; tests wrap it to hold a compile back.
-	compileVAP func(*admissionregistrationv1.ValidatingAdmissionPolicy, vap.Options) *vap.Compiled
+	// beforeVAPCompile, when set, is called with a ValidatingAdmissionPolicy's name before it is compiled:
+	// tests hold a compile back with it.
+	beforeVAPCompile func(policy string)
 }
 
 // float32Value is a flag.Value for a float32, which the flag package lacks.

@@ -250,7 +250,7 @@ func (r *vapReconciler) namespaceDependents() []audit.PolicyKey {
 			out = append(out, audit.VAPKey(name))
 		}
 	}
-	slices.SortFunc(out, func(a, b audit.PolicyKey) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(out, audit.PolicyKey.Compare)
 	return out
 }
 

@@ -1,5 +1,7 @@
 package audit
 
+import "strings"
+
 // PolicySource names the kind of object a policy is compiled from.
 type PolicySource string
 
@@ -28,10 +30,13 @@ func VAPKey(name string) PolicyKey { return PolicyKey{Source: SourceVAP, Name: n
 // String returns the key as source/name, for logs and sorting.
 func (k PolicyKey) String() string { return string(k.Source) + "/" + k.Name }
 
-// Less orders keys by source, then name.
-func (k PolicyKey) Less(o PolicyKey) bool {
-	if k.Source != o.Source {
-		return k.Source < o.Source
+// Compare orders keys by source, then name, as slices.SortFunc wants: negative when k comes first.
+func (k PolicyKey) Compare(o PolicyKey) int {
+	if c := strings.Compare(string(k.Source), string(o.Source)); c != 0 {
+		return c
 	}
-	return k.Name < o.Name
+	return strings.Compare(k.Name, o.Name)
 }
+
+// ComparePolicies orders policies by key.
+func ComparePolicies(a, b Policy) int { return a.Key().Compare(b.Key()) }

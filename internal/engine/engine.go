@@ -47,16 +47,6 @@ func Bind(compiled *vap.Compiled, bindings []*admissionregistrationv1.Validating
 	return compiled.Bind(bindings, vap.Deps{Resolver: views.Resources, Namespaces: views.Namespaces, Params: views.Params})
 }
 
-// Evaluate returns the results of policy p on obj, read at gvr. It never panics: a panic in a policy
-// becomes an error result of that policy, so one bad rule never stops an audit.
-//
-// The results on a Secret are redacted of its values, whatever policy produced them: policies withhold
-// what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
-// for it.
-func Evaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
-	return NewObject(gvr, obj).Evaluate(ctx, p)
-}
-
 // Object is one object to evaluate with several policies: what evaluating a Secret needs is prepared once.
 type Object struct {
 	gvr      schema.GroupVersionResource
@@ -73,7 +63,12 @@ func NewObject(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) 
 	return o
 }
 
-// Evaluate returns the results of p on the object; see the package function Evaluate.
+// Evaluate returns the results of policy p on the object. It never panics: a panic in a policy becomes an
+// error result of that policy, so one bad rule never stops an audit.
+//
+// The results on a Secret are redacted of its values, whatever policy produced them: policies withhold
+// what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
+// for it.
 func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
 	res := safeEvaluate(ctx, p, o.gvr, o.obj)
 	o.redactor.Redact(res)
@@ -109,15 +104,7 @@ func NewSet(policies ...audit.Policy) *Set {
 		}
 	}
 	for _, ps := range s.byGVR {
-		slices.SortFunc(ps, func(a, b audit.Policy) int {
-			switch ka, kb := a.Key(), b.Key(); {
-			case ka.Less(kb):
-				return -1
-			case kb.Less(ka):
-				return 1
-			}
-			return 0
-		})
+		slices.SortFunc(ps, audit.ComparePolicies)
 	}
 	return s
 }

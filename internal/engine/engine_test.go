@@ -103,7 +103,7 @@ func TestEvaluate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := Evaluate(context.Background(), c.policy, c.gvr, c.obj); !reflect.DeepEqual(got, c.want) {
+			if got := NewObject(c.gvr, c.obj).Evaluate(context.Background(), c.policy); !reflect.DeepEqual(got, c.want) {
 				t.Errorf("Evaluate =\n%+v\nwant\n%+v", got, c.want)
 			}
 		})

@@ -88,7 +88,7 @@ func (c Compiler) Compile(objs []*unstructured.Unstructured, views Views) ([]aud
 	for _, p := range policies {
 		out = append(out, Bind(c.VAP(p), bindings, views))
 	}
-	slices.SortFunc(out, func(a, b audit.Policy) int { return strings.Compare(a.Key().String(), b.Key().String()) })
+	slices.SortFunc(out, audit.ComparePolicies)
 	return out, nil
 }
 

@@ -3,7 +3,7 @@ package scan
 import (
 	"context"
 	"runtime"
-	"sort"
+	"slices"
 	"sync"
 	"time"
 
@@ -298,7 +298,7 @@ func (e *Engine) indexLocked(gvr schema.GroupVersionResource, key audit.PolicyKe
 	}
 	if p != nil {
 		next = append(next, p)
-		sort.Slice(next, func(i, j int) bool { return next[i].Key().Less(next[j].Key()) })
+		slices.SortFunc(next, audit.ComparePolicies)
 	}
 	if len(next) == 0 {
 		delete(e.byGVR, gvr)
