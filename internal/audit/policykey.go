@@ -11,6 +11,8 @@ const (
 	SourceCRD PolicySource = "crd"
 	// SourceVAP is a ValidatingAdmissionPolicy with its bindings.
 	SourceVAP PolicySource = "vap"
+	// SourceAuditPolicy is one of celaudit's own AuditPolicies (audit.celaudit.io).
+	SourceAuditPolicy PolicySource = "auditpolicy"
 )
 
 // PolicyKey identifies a policy among every source, from compilation to report: a CRD and a
@@ -26,6 +28,9 @@ func CRDKey(name string) PolicyKey { return PolicyKey{Source: SourceCRD, Name: n
 
 // VAPKey is the key of the policy of the ValidatingAdmissionPolicy named name.
 func VAPKey(name string) PolicyKey { return PolicyKey{Source: SourceVAP, Name: name} }
+
+// AuditPolicyKey is the key of the policy of the AuditPolicy named name.
+func AuditPolicyKey(name string) PolicyKey { return PolicyKey{Source: SourceAuditPolicy, Name: name} }
 
 // String returns the key as source/name, for logs and sorting.
 func (k PolicyKey) String() string { return string(k.Source) + "/" + k.Name }
