@@ -20,6 +20,8 @@ const (
 	// AnnotationResyncInterval overrides the periodic resync interval of the policy (a Go duration; 0
 	// disables it).
 	AnnotationResyncInterval = AnnotationPrefix + "resync-interval"
+	// AnnotationExpandPodTemplates: "true" evaluates the policy's Pod validations on workload pod templates too.
+	AnnotationExpandPodTemplates = AnnotationPrefix + "expand-pod-templates"
 )
 
 // PolicyAnnotations are a policy object's celaudit annotations, parsed. Values that do not parse are left
@@ -32,6 +34,8 @@ type PolicyAnnotations struct {
 	// ResyncInterval is the policy's own resync interval; set only when HasResyncInterval.
 	ResyncInterval    time.Duration
 	HasResyncInterval bool
+	// ExpandPodTemplates says whether the policy's Pod validations apply to workload pod templates too.
+	ExpandPodTemplates bool
 	// Signature holds every celaudit annotation in a stable form: a change of any of them (category,
 	// severity, rescan) recompiles the policy, while unrelated annotations do not.
 	Signature string
@@ -48,6 +52,7 @@ func ParseAnnotations(a map[string]string) PolicyAnnotations {
 			out.ResyncInterval, out.HasResyncInterval = d, true
 		}
 	}
+	out.ExpandPodTemplates = strings.TrimSpace(a[AnnotationExpandPodTemplates]) == "true"
 	var parts []string
 	for k, v := range a {
 		if strings.HasPrefix(k, AnnotationPrefix) {

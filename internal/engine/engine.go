@@ -10,7 +10,9 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/crdrules"
 	"github.com/celaudit/celaudit/internal/vap"
 )
@@ -40,6 +42,19 @@ func (c Compiler) CRD(crd *apiextensionsv1.CustomResourceDefinition) audit.Polic
 // resources change) without compiling again.
 func (c Compiler) VAP(policy *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
 	return vap.CompilePolicy(policy, c.VAPOptions)
+}
+
+// VAPAs compiles a ValidatingAdmissionPolicy for an object that stands for it: its results carry key.
+func (c Compiler) VAPAs(key audit.PolicyKey, policy *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+	return vap.CompilePolicyAs(key, policy, c.VAPOptions)
+}
+
+// AuditPolicy compiles an AuditPolicy as the ValidatingAdmissionPolicy it stands for, whose results carry the
+// AuditPolicy's key and name, and returns it with the binding to Bind it to. In Audit its binding's
+// validationActions are [Audit] (violations are warn results), in Warn [Warn] and in Deny [Deny] (fail).
+func (c Compiler) AuditPolicy(ap *v1alpha1.AuditPolicy) (*vap.Compiled, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
+	a := auditpolicy.ToAdmission(ap)
+	return c.VAPAs(audit.AuditPolicyKey(ap.Name), a.Policy), a.Binding
 }
 
 // Bind binds a compiled ValidatingAdmissionPolicy to its bindings (others are ignored) and to views.

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
@@ -22,6 +23,7 @@ const (
 	crdKind
 	vapKind
 	bindingKind
+	auditPolicyKind
 )
 
 func kindOf(obj *unstructured.Unstructured) policyKind {
@@ -32,6 +34,8 @@ func kindOf(obj *unstructured.Unstructured) policyKind {
 		return vapKind
 	case gvk == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"):
 		return bindingKind
+	case gvk == v1alpha1.GroupVersion.WithKind("AuditPolicy"):
+		return auditPolicyKind
 	}
 	return notPolicy
 }
@@ -41,7 +45,7 @@ func IsPolicyObject(obj *unstructured.Unstructured) bool {
 	return kindOf(obj) != notPolicy
 }
 
-// Compile compiles the CustomResourceDefinitions and ValidatingAdmissionPolicies among objs, the policies
+// Compile compiles the CustomResourceDefinitions, ValidatingAdmissionPolicies and AuditPolicies among objs, the policies
 // bound to the bindings among objs and to views, into policies sorted by key. Other objects are ignored.
 // An object of those kinds that does not decode is an error naming it: a front end reading files says
 // which one is wrong rather than auditing without it.
@@ -50,6 +54,7 @@ func (c Compiler) Compile(objs []*unstructured.Unstructured, views Views) ([]aud
 		crds     []*apiextensionsv1.CustomResourceDefinition
 		policies []*admissionregistrationv1.ValidatingAdmissionPolicy
 		bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
+		audits   []*v1alpha1.AuditPolicy
 		errs     []string
 	)
 	for _, obj := range objs {
@@ -70,6 +75,11 @@ func (c Compiler) Compile(objs []*unstructured.Unstructured, views Views) ([]aud
 			if err = fromUnstructured(obj, b); err == nil {
 				bindings = append(bindings, b)
 			}
+		case auditPolicyKind:
+			ap := &v1alpha1.AuditPolicy{}
+			if err = fromUnstructured(obj, ap); err == nil {
+				audits = append(audits, ap)
+			}
 		}
 		if err != nil {
 			errs = append(errs, err.Error())
@@ -81,12 +91,16 @@ func (c Compiler) Compile(objs []*unstructured.Unstructured, views Views) ([]aud
 	slices.SortFunc(bindings, func(a, b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) int {
 		return strings.Compare(a.Name, b.Name)
 	})
-	out := make([]audit.Policy, 0, len(crds)+len(policies))
+	out := make([]audit.Policy, 0, len(crds)+len(policies)+len(audits))
 	for _, crd := range crds {
 		out = append(out, c.CRD(crd))
 	}
 	for _, p := range policies {
 		out = append(out, Bind(c.VAP(p), bindings, views))
+	}
+	for _, ap := range audits {
+		compiled, binding := c.AuditPolicy(ap)
+		out = append(out, Bind(compiled, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding}, views))
 	}
 	slices.SortFunc(out, audit.ComparePolicies)
 	return out, nil

@@ -131,7 +131,7 @@ func newBoundBinding(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
 // Key implements audit.Policy.
-func (p *Policy) Key() audit.PolicyKey { return audit.VAPKey(p.compiled.policy.Name) }
+func (p *Policy) Key() audit.PolicyKey { return p.compiled.key }
 
 // Resources implements audit.Policy: for each class of equivalent resources some binding applies to, the
 // version the policy's rules name (preferring the resolver's order), i.e. the version the apiserver would

@@ -17,7 +17,9 @@ import (
 // Compiled is the binding-independent part of a policy: its CEL, compiled once per policy generation. It is
 // immutable and safe for concurrent use; Bind it to the policy's current bindings to evaluate objects.
 type Compiled struct {
-	policy        *admissionregistrationv1.ValidatingAdmissionPolicy // defaulted copy
+	policy *admissionregistrationv1.ValidatingAdmissionPolicy // defaulted copy
+	// key identifies the policy's results: the policy's own, or that of the object it stands for.
+	key           audit.PolicyKey
 	category      string
 	severity      string
 	failurePolicy admissionregistrationv1.FailurePolicyType
@@ -83,10 +85,18 @@ func CacheKey(policy *admissionregistrationv1.ValidatingAdmissionPolicy) string 
 // CompilePolicy compiles policy as the apiserver's ValidatingAdmissionPolicy plugin does (compilePolicy in
 // k8s.io/apiserver/pkg/admission/plugin/policy/validating). It never fails: what does not compile is reported
 // by the results of every evaluation.
-func CompilePolicy(policy *admissionregistrationv1.ValidatingAdmissionPolicy, opts Options) (c *Compiled) {
+func CompilePolicy(policy *admissionregistrationv1.ValidatingAdmissionPolicy, opts Options) *Compiled {
+	return CompilePolicyAs(audit.VAPKey(policy.Name), policy, opts)
+}
+
+// CompilePolicyAs compiles policy like CompilePolicy, for an object that stands for it: its results carry
+// key (an AuditPolicy's, say) instead of the policy's own. The policy is evaluated exactly as the API server
+// would evaluate it once registered.
+func CompilePolicyAs(key audit.PolicyKey, policy *admissionregistrationv1.ValidatingAdmissionPolicy, opts Options) (c *Compiled) {
 	policy = defaultPolicy(policy)
 	c = &Compiled{
 		policy:        policy,
+		key:           key,
 		category:      categoryOf(policy, opts),
 		severity:      severityOf(policy, opts),
 		failurePolicy: *policy.Spec.FailurePolicy,

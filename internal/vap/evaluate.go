@@ -384,7 +384,7 @@ func (e *evaluation) secret() bool {
 func (e *evaluation) result(rule string, verdict audit.Verdict, message string, props map[string]string) audit.Result {
 	c := e.p.compiled
 	return audit.Result{
-		Policy:     c.policy.Name,
+		Policy:     c.key.Name,
 		Rule:       rule,
 		Category:   c.category,
 		Severity:   c.severity,

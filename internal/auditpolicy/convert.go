@@ -1,0 +1,183 @@
+package auditpolicy
+
+import (
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+const (
+	// NamePrefix starts the name of the ValidatingAdmissionPolicy and binding of an AuditPolicy.
+	NamePrefix = "celaudit-"
+	// LabelAuditPolicy marks the ValidatingAdmissionPolicy and binding celaudit registers for an AuditPolicy;
+	// its value is the AuditPolicy's name. celaudit audits such a policy under the AuditPolicy's name only.
+	LabelAuditPolicy = "audit.celaudit.io/auditpolicy"
+	// LabelManagedBy and ManagedByValue mark every object celaudit writes.
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "celaudit"
+	// AnnotationDescription carries spec.description on the registered policy.
+	AnnotationDescription = "audit.celaudit.io/description"
+)
+
+// AdmissionName returns the name of the ValidatingAdmissionPolicy and binding of the AuditPolicy named name.
+func AdmissionName(name string) string { return NamePrefix + name }
+
+// Actions returns the binding's validationActions for an enforcement: Audit evaluates without enforcing.
+func Actions(e v1alpha1.Enforcement) []admissionregistrationv1.ValidationAction {
+	switch e {
+	case v1alpha1.Warn:
+		return []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn}
+	case v1alpha1.Deny:
+		return []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}
+	}
+	return []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}
+}
+
+// Admission is the ValidatingAdmissionPolicy and binding an AuditPolicy stands for.
+type Admission struct {
+	Policy  *admissionregistrationv1.ValidatingAdmissionPolicy
+	Binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
+}
+
+// ToAdmission returns the pair ap stands for, with the validationActions of its enforcement. The objects carry
+// the name, labels and annotations celaudit registers them with, and ap's uid and generation so that their
+// compilation is cached like a policy's; Owned strips what the API server sets before they are written.
+// Nothing of ap is shared with the result.
+func ToAdmission(ap *v1alpha1.AuditPolicy) Admission {
+	name := AdmissionName(ap.Name)
+	spec := ap.Spec.DeepCopy()
+	labels := map[string]string{LabelAuditPolicy: ap.Name, LabelManagedBy: ManagedByValue}
+	annotations := map[string]string{}
+	// celaudit's own annotations on the AuditPolicy (rescan, resync interval) steer its audit as they steer a
+	// policy's; the spec's report metadata overrides theirs.
+	for k, v := range ap.Annotations {
+		if strings.HasPrefix(k, audit.AnnotationPrefix) {
+			annotations[k] = v
+		}
+	}
+	if spec.Category != "" {
+		annotations[audit.AnnotationCategory] = spec.Category
+	}
+	if spec.Severity != "" {
+		annotations[audit.AnnotationSeverity] = spec.Severity
+	}
+	if spec.Description != "" {
+		annotations[AnnotationDescription] = spec.Description
+	}
+	if spec.ExpandPodTemplates {
+		annotations[audit.AnnotationExpandPodTemplates] = "true"
+	}
+	meta := func() metav1.ObjectMeta {
+		return metav1.ObjectMeta{
+			Name: name, UID: ap.UID, Generation: ap.Generation,
+			Labels: cloneMap(labels), Annotations: cloneMap(annotations),
+		}
+	}
+	return Admission{
+		Policy: &admissionregistrationv1.ValidatingAdmissionPolicy{
+			TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicy"},
+			ObjectMeta: meta(),
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+				ParamKind:        spec.ParamKind,
+				MatchConstraints: spec.MatchConstraints,
+				Validations:      spec.Validations,
+				FailurePolicy:    spec.FailurePolicy,
+				AuditAnnotations: spec.AuditAnnotations,
+				MatchConditions:  spec.MatchConditions,
+				Variables:        spec.Variables,
+			},
+		},
+		Binding: &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			TypeMeta:   metav1.TypeMeta{APIVersion: admissionregistrationv1.SchemeGroupVersion.String(), Kind: "ValidatingAdmissionPolicyBinding"},
+			ObjectMeta: meta(),
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName:        name,
+				ParamRef:          spec.ParamRef,
+				MatchResources:    spec.MatchResources,
+				ValidationActions: Actions(ap.EnforcementOrDefault()),
+			},
+		},
+	}
+}
+
+// Owned returns the pair celaudit registers with the API server for ap: ToAdmission's, owned by ap (so that
+// the garbage collector removes it with ap) and without the uid and generation the API server assigns.
+func Owned(ap *v1alpha1.AuditPolicy) Admission {
+	a := ToAdmission(ap)
+	owner := metav1.OwnerReference{
+		APIVersion: v1alpha1.GroupVersion.String(),
+		Kind:       "AuditPolicy",
+		Name:       ap.Name,
+		UID:        ap.UID,
+		Controller: ptr.To(true),
+	}
+	for _, m := range []*metav1.ObjectMeta{&a.Policy.ObjectMeta, &a.Binding.ObjectMeta} {
+		m.UID, m.Generation = "", 0
+		m.OwnerReferences = []metav1.OwnerReference{owner}
+	}
+	return a
+}
+
+// FromAdmission returns the AuditPolicy named name that stands for policy and binding (the binding may be
+// nil) with enforcement e: the reverse of ToAdmission. Category, severity and description come from the
+// policy's annotations.
+func FromAdmission(name string, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
+	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding, e v1alpha1.Enforcement) *v1alpha1.AuditPolicy {
+	p := policy.DeepCopy()
+	a := audit.ParseAnnotations(p.Annotations)
+	ap := &v1alpha1.AuditPolicy{
+		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "AuditPolicy"},
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.AuditPolicySpec{
+			ParamKind:          p.Spec.ParamKind,
+			MatchConstraints:   p.Spec.MatchConstraints,
+			Validations:        p.Spec.Validations,
+			FailurePolicy:      p.Spec.FailurePolicy,
+			AuditAnnotations:   p.Spec.AuditAnnotations,
+			MatchConditions:    p.Spec.MatchConditions,
+			Variables:          p.Spec.Variables,
+			Category:           a.Category,
+			Severity:           a.Severity,
+			Description:        p.Annotations[AnnotationDescription],
+			Enforcement:        e,
+			ExpandPodTemplates: a.ExpandPodTemplates,
+		},
+	}
+	if binding != nil {
+		b := binding.DeepCopy()
+		ap.Spec.ParamRef = b.Spec.ParamRef
+		ap.Spec.MatchResources = b.Spec.MatchResources
+	}
+	return ap
+}
+
+// EnforcementOf returns the enforcement a binding's validationActions stand for: Deny if they deny, Warn if
+// they warn, Audit otherwise.
+func EnforcementOf(actions []admissionregistrationv1.ValidationAction) v1alpha1.Enforcement {
+	e := v1alpha1.Audit
+	for _, a := range actions {
+		switch a {
+		case admissionregistrationv1.Deny:
+			return v1alpha1.Deny
+		case admissionregistrationv1.Warn:
+			e = v1alpha1.Warn
+		}
+	}
+	return e
+}
+
+func cloneMap(m map[string]string) map[string]string {
+	if len(m) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}

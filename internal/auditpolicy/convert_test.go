@@ -1,0 +1,128 @@
+package auditpolicy
+
+import (
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+)
+
+// fullPolicy returns an AuditPolicy with every field set, modified by opts.
+func fullPolicy(opts ...func(*v1alpha1.AuditPolicy)) *v1alpha1.AuditPolicy {
+	ap := &v1alpha1.AuditPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "replicas", UID: "uid-1", Generation: 3,
+			Annotations: map[string]string{"celaudit.io/rescan": "1", "other": "x"}},
+		Spec: v1alpha1.AuditPolicySpec{
+			ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+				}}}},
+			Validations:      []admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= int(params.data.max)", Message: "too many"}},
+			FailurePolicy:    ptr.To(admissionregistrationv1.Ignore),
+			AuditAnnotations: []admissionregistrationv1.AuditAnnotation{{Key: "k", ValueExpression: "'v'"}},
+			MatchConditions:  []admissionregistrationv1.MatchCondition{{Name: "c", Expression: "true"}},
+			Variables:        []admissionregistrationv1.Variable{{Name: "v", Expression: "1"}},
+			ParamRef:         &admissionregistrationv1.ParamRef{Name: "limits", ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)},
+			MatchResources:   &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
+			Category:         "Capacity",
+			Severity:         "high",
+			Description:      "Keeps replicas in bounds",
+			Enforcement:      v1alpha1.Warn,
+		},
+	}
+	for _, o := range opts {
+		o(ap)
+	}
+	return ap
+}
+
+func TestToAdmission(t *testing.T) {
+	ap := fullPolicy()
+	a := ToAdmission(ap)
+	if a.Policy.Name != "celaudit-replicas" || a.Binding.Name != "celaudit-replicas" || a.Binding.Spec.PolicyName != "celaudit-replicas" {
+		t.Errorf("names: policy %q binding %q policyName %q", a.Policy.Name, a.Binding.Name, a.Binding.Spec.PolicyName)
+	}
+	if a.Policy.UID != "uid-1" || a.Policy.Generation != 3 {
+		t.Errorf("uid/generation not carried: %q %d", a.Policy.UID, a.Policy.Generation)
+	}
+	if got := a.Policy.Labels[LabelAuditPolicy]; got != "replicas" {
+		t.Errorf("label %s = %q", LabelAuditPolicy, got)
+	}
+	wantAnn := map[string]string{"celaudit.io/rescan": "1", "celaudit.io/category": "Capacity", "celaudit.io/severity": "high",
+		"audit.celaudit.io/description": "Keeps replicas in bounds"}
+	if !equality.Semantic.DeepEqual(a.Policy.Annotations, wantAnn) {
+		t.Errorf("annotations = %v, want %v", a.Policy.Annotations, wantAnn)
+	}
+	if *a.Policy.Spec.FailurePolicy != admissionregistrationv1.Ignore || a.Policy.Spec.Validations[0].Message != "too many" ||
+		a.Policy.Spec.ParamKind.Kind != "ConfigMap" || len(a.Policy.Spec.MatchConditions) != 1 || len(a.Policy.Spec.Variables) != 1 ||
+		len(a.Policy.Spec.AuditAnnotations) != 1 || a.Policy.Spec.MatchConstraints.ResourceRules[0].Resources[0] != "deployments" {
+		t.Errorf("policy spec not moved: %+v", a.Policy.Spec)
+	}
+	if a.Binding.Spec.ParamRef.Name != "limits" || a.Binding.Spec.MatchResources.NamespaceSelector.MatchLabels["team"] != "a" {
+		t.Errorf("binding spec not moved: %+v", a.Binding.Spec)
+	}
+	// Nothing is shared: editing the result leaves the AuditPolicy alone.
+	a.Policy.Spec.Validations[0].Message = "changed"
+	if ap.Spec.Validations[0].Message != "too many" {
+		t.Error("ToAdmission shares the validations with the AuditPolicy")
+	}
+}
+
+func TestActions(t *testing.T) {
+	for _, tc := range []struct {
+		enforcement v1alpha1.Enforcement
+		want        admissionregistrationv1.ValidationAction
+	}{
+		{"", admissionregistrationv1.Audit},
+		{v1alpha1.Audit, admissionregistrationv1.Audit},
+		{v1alpha1.Warn, admissionregistrationv1.Warn},
+		{v1alpha1.Deny, admissionregistrationv1.Deny},
+	} {
+		ap := fullPolicy(func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = tc.enforcement })
+		got := ToAdmission(ap).Binding.Spec.ValidationActions
+		if len(got) != 1 || got[0] != tc.want {
+			t.Errorf("%q: actions %v, want [%s]", tc.enforcement, got, tc.want)
+		}
+		if e := EnforcementOf(got); e != ap.EnforcementOrDefault() {
+			t.Errorf("%q: EnforcementOf(%v) = %s", tc.enforcement, got, e)
+		}
+	}
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, e := range []v1alpha1.Enforcement{v1alpha1.Audit, v1alpha1.Warn, v1alpha1.Deny} {
+		for _, expand := range []bool{false, true} {
+			ap := fullPolicy(func(ap *v1alpha1.AuditPolicy) {
+				ap.Spec.Enforcement = e
+				ap.Spec.ExpandPodTemplates = expand
+			})
+			a := ToAdmission(ap)
+			back := FromAdmission(ap.Name, a.Policy, a.Binding, EnforcementOf(a.Binding.Spec.ValidationActions))
+			if !equality.Semantic.DeepEqual(back.Spec, ap.Spec) {
+				t.Errorf("%s expand=%v: round trip changed the spec:\n got %+v\nwant %+v", e, expand, back.Spec, ap.Spec)
+			}
+		}
+	}
+}
+
+func TestOwned(t *testing.T) {
+	a := Owned(fullPolicy())
+	for _, m := range []metav1.ObjectMeta{a.Policy.ObjectMeta, a.Binding.ObjectMeta} {
+		if m.UID != "" || m.Generation != 0 {
+			t.Errorf("%s keeps uid %q generation %d", m.Name, m.UID, m.Generation)
+		}
+		if len(m.OwnerReferences) != 1 || m.OwnerReferences[0].UID != "uid-1" || m.OwnerReferences[0].Kind != "AuditPolicy" ||
+			!ptr.Deref(m.OwnerReferences[0].Controller, false) {
+			t.Errorf("%s owner references = %+v", m.Name, m.OwnerReferences)
+		}
+		if m.Labels[LabelManagedBy] != ManagedByValue {
+			t.Errorf("%s labels = %v", m.Name, m.Labels)
+		}
+	}
+}
