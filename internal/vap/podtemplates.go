@@ -31,19 +31,22 @@ func podsResource() schema.GroupVersionResource {
 	return schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 }
 
+// Fields of a workload's pod template and of the Pod made from it.
+const (
+	fieldSpec     = "spec"
+	fieldTemplate = "template"
+	fieldMetadata = "metadata"
+)
+
 // templatePath returns where an object of gvr, a workload resource, holds its pod template; ok is false for
 // other resources. Only the versions that are served today are listed: older versions of these resources
 // are no longer served by any supported kube-apiserver.
 func templatePath(gvr schema.GroupVersionResource) (path []string, ok bool) {
-	switch gvr {
-	case schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"},
-		schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "statefulsets"},
-		schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "daemonsets"},
-		schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"},
-		schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}:
-		return []string{"spec", "template"}, true
-	case schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "cronjobs"}:
-		return []string{"spec", "jobTemplate", "spec", "template"}, true
+	switch gvr.Group + "/" + gvr.Version + "/" + gvr.Resource {
+	case "apps/v1/deployments", "apps/v1/statefulsets", "apps/v1/daemonsets", "apps/v1/replicasets", "batch/v1/jobs":
+		return []string{fieldSpec, fieldTemplate}, true
+	case "batch/v1/cronjobs":
+		return []string{fieldSpec, "jobTemplate", fieldSpec, fieldTemplate}, true
 	}
 	return nil, false
 }
@@ -140,21 +143,21 @@ func podFromTemplate(workload *unstructured.Unstructured, path []string) (*unstr
 	}
 	at := func(fields ...string) string { return strings.Join(append(slices.Clone(path), fields...), ".") }
 
-	spec, ok := template["spec"]
+	spec, ok := template[fieldSpec]
 	if !ok || spec == nil {
-		return nil, fail("%s is missing", at("spec"))
+		return nil, fail("%s is missing", at(fieldSpec))
 	}
 	if _, ok := spec.(map[string]any); !ok {
-		return nil, fail("%s is not an object but %s", at("spec"), jsonType(spec))
+		return nil, fail("%s is not an object but %s", at(fieldSpec), jsonType(spec))
 	}
 	metadata := map[string]any{"generateName": workload.GetName() + "-"}
 	if ns := workload.GetNamespace(); ns != "" {
 		metadata["namespace"] = ns
 	}
-	if m, ok := template["metadata"]; ok && m != nil {
+	if m, ok := template[fieldMetadata]; ok && m != nil {
 		tm, ok := m.(map[string]any)
 		if !ok {
-			return nil, fail("%s is not an object but %s", at("metadata"), jsonType(m))
+			return nil, fail("%s is not an object but %s", at(fieldMetadata), jsonType(m))
 		}
 		for _, field := range []string{"labels", "annotations"} {
 			v, ok := tm[field]
@@ -163,21 +166,21 @@ func podFromTemplate(workload *unstructured.Unstructured, path []string) (*unstr
 			}
 			values, ok := v.(map[string]any)
 			if !ok {
-				return nil, fail("%s is not an object but %s", at("metadata", field), jsonType(v))
+				return nil, fail("%s is not an object but %s", at(fieldMetadata, field), jsonType(v))
 			}
 			for k, s := range values {
 				if _, ok := s.(string); !ok {
-					return nil, fail("%s[%q] is not a string but %s", at("metadata", field), k, jsonType(s))
+					return nil, fail("%s[%q] is not a string but %s", at(fieldMetadata, field), k, jsonType(s))
 				}
 			}
 			metadata[field] = values
 		}
 	}
 	return &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "v1",
-		"kind":       "Pod",
-		"metadata":   metadata,
-		"spec":       spec,
+		"apiVersion":  "v1",
+		"kind":        "Pod",
+		fieldMetadata: metadata,
+		fieldSpec:     spec,
 	}}, nil
 }
 

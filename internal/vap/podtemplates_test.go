@@ -372,11 +372,11 @@ func TestPodTemplateBindings(t *testing.T) {
 		want: []row{latestFail, {"validations[0]", audit.Fail, "no latest images",
 			props("binding", "c", "validationActions", "Deny", "operation", "CREATE", "rule", imageRule, "reason", "Invalid", audit.PropPodTemplate, "true")}},
 	}, {
-		name:     "an unbound policy audits templates",
-		policy:   podPolicy(),
-		unbound:  true,
-		deps:     withWorkloads,
-		obj:      newWorkload("Deployment", "prod", "web", podTemplate("nginx:latest", nil)),
+		name:    "an unbound policy audits templates",
+		policy:  podPolicy(),
+		unbound: true,
+		deps:    withWorkloads,
+		obj:     newWorkload("Deployment", "prod", "web", podTemplate("nginx:latest", nil)),
 		want: []row{{"validations[0]", audit.Warn, "no latest images",
 			props("validationActions", "Audit", "operation", "CREATE", "rule", imageRule, "reason", "Invalid", audit.PropPodTemplate, "true")}},
 	}})
@@ -453,9 +453,11 @@ func TestPodTemplateResources(t *testing.T) {
 		policy: newPolicy("p", withRules(rule("", "v1", "pods")), withValidation(imageRule)),
 		want:   []schema.GroupVersionResource{podsGVR},
 	}, {
-		name:   "the annotation set to false",
-		policy: podPolicy(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { p.Annotations[audit.AnnotationExpandPodTemplates] = "false" }),
-		want:   []schema.GroupVersionResource{podsGVR},
+		name: "the annotation set to false",
+		policy: podPolicy(func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+			p.Annotations[audit.AnnotationExpandPodTemplates] = "false"
+		}),
+		want: []schema.GroupVersionResource{podsGVR},
 	}, {
 		name:   "a policy that does not match Pods reads no workload for templates",
 		policy: podPolicy(withRules(rule("", "v1", "configmaps"))),

@@ -565,8 +565,11 @@ func templatePod(stored *unstructured.Unstructured, kind ptKind) (*unstructured.
 		path = []string{"spec", "jobTemplate", "spec", "template"}
 	}
 	template, found, err := unstructured.NestedMap(stored.Object, path...)
-	if err != nil || !found {
-		return nil, fmt.Errorf("%s %s has no template at %v: %v", kind.name, stored.GetName(), path, err)
+	if err != nil {
+		return nil, fmt.Errorf("reading the template of %s %s: %w", kind.name, stored.GetName(), err)
+	}
+	if !found {
+		return nil, fmt.Errorf("%s %s has no template at %v", kind.name, stored.GetName(), path)
 	}
 	pod := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Pod", "spec": template["spec"]}}
 	pod.SetNamespace(stored.GetNamespace())
