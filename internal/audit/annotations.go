@@ -2,6 +2,7 @@ package audit
 
 import (
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -20,7 +21,9 @@ const (
 	// AnnotationResyncInterval overrides the periodic resync interval of the policy (a Go duration; 0
 	// disables it).
 	AnnotationResyncInterval = AnnotationPrefix + "resync-interval"
-	// AnnotationExpandPodTemplates: "true" evaluates the policy's Pod validations on workload pod templates too.
+	// AnnotationExpandPodTemplates, "true" on a ValidatingAdmissionPolicy, also evaluates its validations of
+	// Pods against the pod templates of workloads (Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs,
+	// CronJobs): a template that breaks a Pod rule is reported on the workload, before any Pod is refused.
 	AnnotationExpandPodTemplates = AnnotationPrefix + "expand-pod-templates"
 )
 
@@ -34,15 +37,17 @@ type PolicyAnnotations struct {
 	// ResyncInterval is the policy's own resync interval; set only when HasResyncInterval.
 	ResyncInterval    time.Duration
 	HasResyncInterval bool
-	// ExpandPodTemplates says whether the policy's Pod validations apply to workload pod templates too.
+	// ExpandPodTemplates says whether the policy's Pod rules are also evaluated against workloads' pod
+	// templates; false when unset or not a boolean.
 	ExpandPodTemplates bool
 	// Signature holds every celaudit annotation in a stable form: a change of any of them (category,
-	// severity, rescan) recompiles the policy, while unrelated annotations do not.
+	// severity, rescan, expand-pod-templates) recompiles the policy, while unrelated annotations do not.
 	Signature string
 }
 
 // ParseAnnotations reads the celaudit annotations of a policy object. Category is trimmed; severity is
-// trimmed and lowercased before it is checked against the PolicyReport severities.
+// trimmed and lowercased before it is checked against the PolicyReport severities; expand-pod-templates is
+// trimmed and read as a Go boolean ("true", "false", "1", ...).
 func ParseAnnotations(a map[string]string) PolicyAnnotations {
 	var out PolicyAnnotations
 	out.Category = strings.TrimSpace(a[AnnotationCategory])
@@ -52,7 +57,9 @@ func ParseAnnotations(a map[string]string) PolicyAnnotations {
 			out.ResyncInterval, out.HasResyncInterval = d, true
 		}
 	}
-	out.ExpandPodTemplates = strings.TrimSpace(a[AnnotationExpandPodTemplates]) == "true"
+	if b, err := strconv.ParseBool(strings.TrimSpace(a[AnnotationExpandPodTemplates])); err == nil {
+		out.ExpandPodTemplates = b
+	}
 	var parts []string
 	for k, v := range a {
 		if strings.HasPrefix(k, AnnotationPrefix) {

@@ -53,6 +53,26 @@ func TestParseAnnotations(t *testing.T) {
 			want:        PolicyAnnotations{Signature: "celaudit.io/resync-interval=hourly"},
 		},
 		{
+			name:        "expand pod templates",
+			annotations: map[string]string{"celaudit.io/expand-pod-templates": "true"},
+			want:        PolicyAnnotations{ExpandPodTemplates: true, Signature: "celaudit.io/expand-pod-templates=true"},
+		},
+		{
+			name:        "expand pod templates trimmed",
+			annotations: map[string]string{"celaudit.io/expand-pod-templates": " True\n"},
+			want:        PolicyAnnotations{ExpandPodTemplates: true, Signature: "celaudit.io/expand-pod-templates= True\n"},
+		},
+		{
+			name:        "expand pod templates false",
+			annotations: map[string]string{"celaudit.io/expand-pod-templates": "false"},
+			want:        PolicyAnnotations{Signature: "celaudit.io/expand-pod-templates=false"},
+		},
+		{
+			name:        "expand pod templates not a boolean is unset",
+			annotations: map[string]string{"celaudit.io/expand-pod-templates": "yes"},
+			want:        PolicyAnnotations{Signature: "celaudit.io/expand-pod-templates=yes"},
+		},
+		{
 			name: "signature holds only celaudit annotations, sorted",
 			annotations: map[string]string{
 				"celaudit.io/rescan":   "2",

@@ -44,6 +44,10 @@ const (
 	PropValidationActions = "validationActions"
 	PropOperation         = "operation"
 	PropFailurePolicy     = "failurePolicy"
+	// PropPodTemplate is "true" on a result of a Pod rule evaluated against a workload's pod template (see
+	// AnnotationExpandPodTemplates). It tells these results from the rule's results on the workload itself,
+	// and gives them IDs of their own.
+	PropPodTemplate = "podTemplate"
 )
 
 // ObjectRef identifies an audited object in the version it was read in.

@@ -29,6 +29,9 @@ type Policy struct {
 
 	bindings  []*boundBinding
 	resources []schema.GroupVersionResource
+	// templates holds the workload resources whose pod templates are evaluated as Pods; nil unless the
+	// policy expands pod templates (see ExpandingPodTemplates).
+	templates map[schema.GroupVersionResource]bool
 
 	// paramConfigErr fails every evaluation that matches, as the apiserver's hook ConfigurationError does.
 	paramConfigErr error
@@ -69,7 +72,8 @@ func Compile(
 // Bind applies the policy's bindings (those whose spec.policyName names it; others are ignored) and the
 // cluster's resources as deps.Resolver serves them. Without bindings the policy is audited as if bound with
 // empty matchResources and validationActions [Audit]. Bind again when bindings or discovery change; namespaces
-// and params are read at evaluation time.
+// and params are read at evaluation time. A policy annotated celaudit.io/expand-pod-templates: "true" is
+// bound expanding pod templates (see ExpandingPodTemplates), so that every front end binding it agrees.
 func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, deps Deps) *Policy {
 	lister := namespaceLister{getter: deps.Namespaces}
 	p := &Policy{
@@ -113,6 +117,9 @@ func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionP
 	}
 
 	p.plan()
+	if c.expandPodTemplates {
+		return p.ExpandingPodTemplates()
+	}
 	return p
 }
 

@@ -51,6 +51,9 @@ type Compiled struct {
 	// withheld like an audited Secret's, and results are redacted of each param's values.
 	paramsAreSecrets     bool
 	readsNamespaceObject bool
+	// expandPodTemplates is the policy's annotation asking Bind to evaluate workloads' pod templates too. It
+	// is part of CacheKey, as every celaudit annotation is.
+	expandPodTemplates bool
 }
 
 // evaluator is a validator and what the audit needs to read its results.
@@ -80,7 +83,8 @@ type validationInfo struct {
 }
 
 // CacheKey identifies what CompilePolicy depends on: the policy's uid and generation, and its celaudit
-// annotations, which set category and severity or ask for a rescan (annotations do not change the generation).
+// annotations, which set category and severity, ask for a rescan or for pod templates to be evaluated
+// (annotations do not change the generation).
 func CacheKey(policy *admissionregistrationv1.ValidatingAdmissionPolicy) string {
 	return fmt.Sprintf("%s/%d/%q", policy.UID, policy.Generation, audit.ParseAnnotations(policy.Annotations).Signature)
 }
@@ -103,6 +107,9 @@ func CompilePolicyAs(key audit.PolicyKey, policy *admissionregistrationv1.Valida
 		category:      categoryOf(policy, opts),
 		severity:      severityOf(policy, opts),
 		failurePolicy: *policy.Spec.FailurePolicy,
+		// Read before compiling, so that a policy whose CEL does not compile still expands, and reports its
+		// compile error on the templates too.
+		expandPodTemplates: audit.ParseAnnotations(policy.Annotations).ExpandPodTemplates,
 	}
 	if pk := policy.Spec.ParamKind; pk != nil {
 		gv, err := schema.ParseGroupVersion(pk.APIVersion)

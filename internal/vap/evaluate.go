@@ -34,20 +34,29 @@ const (
 const maxAuditAnnotationValueLength = 10 * 1024
 
 // Evaluate implements audit.Policy. obj must have been read at gvr, one of Resources(); objects of other
-// resources, and objects no binding applies to, yield no results.
-func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (results []audit.Result) {
+// resources, and objects no binding applies to, yield no results. For a policy that expands pod templates
+// (see ExpandingPodTemplates), the results on a workload are followed by those on its pod template.
+func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
 	if obj == nil {
 		return nil
 	}
 	obj = withKind(obj, gvr, p.deps.Resolver)
-	e := &evaluation{p: p, ctx: ctx, obj: obj, ref: audit.RefOf(obj)}
+	results := (&evaluation{p: p, ctx: ctx, obj: obj, ref: audit.RefOf(obj)}).run(gvr)
+	if p.templates[gvr] {
+		results = append(results, p.evaluateTemplate(ctx, gvr, obj)...)
+	}
+	return results
+}
+
+// run evaluates e.obj, read at gvr, with every binding that applies to it.
+func (e *evaluation) run(gvr schema.GroupVersionResource) (results []audit.Result) {
 	defer func() {
 		if r := recover(); r != nil {
 			results = append(results, e.result("", audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), nil))
 		}
 	}()
-	key := p.classKey(gvr)
-	for _, b := range p.bindings {
+	key := e.p.classKey(gvr)
+	for _, b := range e.p.bindings {
 		pl, ok := b.plans[key]
 		if !ok || pl.read != gvr {
 			continue // not bound here, or evaluated when the object is read in another version
@@ -81,7 +90,12 @@ type evaluation struct {
 	p   *Policy
 	ctx context.Context
 	obj *unstructured.Unstructured
+	// ref is the object results are reported on: obj's, or for a pod template (obj is then the Pod made
+	// from it) the workload's.
 	ref audit.ObjectRef
+	// template says that obj is a Pod made from the pod template of the workload ref: every result then
+	// carries the property podTemplate.
+	template bool
 	// definitions are the matches made so far: a few at most (one per operation tried and request
 	// resource), so a list searched in order is cheaper than a map made for every evaluation.
 	definitions []definitionEntry
@@ -383,6 +397,9 @@ func (e *evaluation) secret() bool {
 
 func (e *evaluation) result(rule string, verdict audit.Verdict, message string, props map[string]string) audit.Result {
 	c := e.p.compiled
+	if e.template {
+		props = withProp(props, audit.PropPodTemplate, "true")
+	}
 	return audit.Result{
 		Policy:     c.key.Name,
 		Rule:       rule,

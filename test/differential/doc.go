@@ -16,6 +16,10 @@
 // Secret's data, stringData or annotations, by design, and the test checks exactly that fallback; other
 // messageExpressions are compared like any message.
 //
+// Pod templates (podtemplates_test.go): workloads of every kind are stored, then Pod policies annotated to
+// expand pod templates; the audit of each stored workload's template is compared with the apiserver's answer
+// to a server-side dry-run create of the Pod made from that template, as vap_test.go compares objects.
+//
 // Front ends (frontends_test.go, testdata/frontends): one cluster, given as a file and stored in the API
 // server, is evaluated by the operator (informer views), by a one-shot evaluation of the live cluster (live
 // views, paginated reads) and from the file alone (file views); all three must give the same results.
