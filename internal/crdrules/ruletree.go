@@ -75,10 +75,7 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 	compiled, err := apiextensionscel.Compile(&compilationSchema, declType, perCallLimit,
 		environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), apiextensionscel.StoredExpressionsEnvLoader())
 
-	n := &ruleNode{schemaPath: path, schema: nodeSchema, initErr: err != nil}
-	if err != nil {
-		n.initDetail = fmt.Sprintf("rule compiler initialization error: %v", err)
-	}
+	n := &ruleNode{schemaPath: path, schema: nodeSchema, initErr: err != nil, initDetail: initErrorDetail(err)}
 	for i, c := range compiled {
 		rule := validationSchema.XValidations[i]
 		info := ruleInfo{
@@ -161,6 +158,14 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 		return n
 	}
 	return nil
+}
+
+// initErrorDetail is the detail of a node's initialization error err, "" for none.
+func initErrorDetail(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("rule compiler initialization error: %v", err)
 }
 
 // problems appends to out, in the order the rules were built, what does not compile in n and below it: the

@@ -20,6 +20,20 @@
 // expand pod templates; the audit of each stored workload's template is compared with the apiserver's answer
 // to a server-side dry-run create of the Pod made from that template, as vap_test.go compares objects.
 //
+// The apiserver's own limits are part of the prediction: it drops a warning whose text holds a control
+// character (a line break), and where the audit withholds the details of an expression's runtime error on a
+// Secret (internal/vap/withhold.go), the apiserver's text is compared up to those details.
+//
+// AuditPolicies (auditpolicy_test.go, the same fixtures): each file's policy is converted with
+// internal/auditpolicy into one AuditPolicy per binding, with the enforcement of the binding's
+// validationActions, and one unbound. Each is created in the apiserver (validated by the AuditPolicy CRD's
+// schema and rules) and must convert back to the policy and binding it came from; the engine's audit of
+// each stored AuditPolicy must give, for every stored object, the results of the policy for that binding.
+// The apiserver's answers are then predicted from the AuditPolicies' results twice: under the file's own
+// policy and bindings, each AuditPolicy standing for its binding; and under the pairs celaudit registers for
+// the AuditPolicies (auditpolicy.Owned, an Audit one registered as Warn so that its decisions show) in their
+// place.
+//
 // Front ends (frontends_test.go, testdata/frontends): one cluster, given as a file and stored in the API
 // server, is evaluated by the operator (informer views), by a one-shot evaluation of the live cluster (live
 // views, paginated reads) and from the file alone (file views); all three must give the same results.

@@ -500,7 +500,10 @@ func comparePTWorkload(t *testing.T, dyn dynamic.Interface, compiled *vap.Policy
 		}
 	}
 
-	want := predictAPIServer(policy, results, actions)
+	want := predictAPIServer(results, func(r audit.Result) vapRoute {
+		binding := r.Properties[audit.PropBinding]
+		return vapRoute{policy: policy, binding: binding, actions: actions[binding]}
+	})
 	switch {
 	case ans.denial == nil && len(want.denials) > 0:
 		t.Errorf("verdicts differ: the apiserver admits the Pod, the audit predicts the denial\n  %s", strings.Join(want.denialTexts(), "\n  "))

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -81,6 +83,11 @@ const (
 	vapDenialOfPolicy    = "ValidatingAdmissionPolicy '%s' denied request: %s"
 	vapWarning           = "Validation failed for ValidatingAdmissionPolicy '%s' with binding '%s': %s"
 	vapConfigBinding     = "failed to configure binding: "
+	// vapRuntimeError ends the apiserver's text of an expression's runtime error before the error
+	// (k8s.io/apiserver pkg/admission/plugin/cel/activation.go), where the audit may withhold the details
+	// (vapWithheldDetails).
+	vapRuntimeError    = " resulted in error: "
+	vapWithheldDetails = vapRuntimeError + "details withheld: "
 )
 
 // TestVAPMatchesAPIServer installs each file of testdata/vap (a policy, its bindings, the namespaces,
@@ -167,33 +174,7 @@ func newVAPClients(t *testing.T) *vapClients {
 // runVAPGroup installs one file and compares each of its objects.
 func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCounts]) {
 	ctx := t.Context()
-
-	for _, crd := range g.crds {
-		if err := env.Client.Create(ctx, crd.DeepCopy()); err != nil {
-			t.Fatalf("creating CRD %s: %v", crd.Name, err)
-		}
-		if err := envtestutil.WaitEstablished(ctx, env.Client, crd.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
-	resolver, err := vapResolver(ctx, cl.discovery, g.kinds())
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	// The objects are stored before the policy exists: the product audits objects stored before a
-	// policy, and this gives the audit exactly what the apiserver stores (defaults, integer types).
-	for _, obj := range g.setup {
-		if err := vapCreate(ctx, cl.dyn, resolver, obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, c := range g.cases {
-		if err := vapCreate(ctx, cl.dyn, resolver, c.obj); err != nil {
-			t.Fatal(err)
-		}
-	}
-
+	resolver := installVAPObjects(t, cl, g)
 	policy, bindings := installVAP(t, g)
 	for _, c := range g.cases {
 		if c.probe != "" {
@@ -214,6 +195,10 @@ func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCoun
 	for _, b := range bindings {
 		actions[b.Name] = b.Spec.ValidationActions
 	}
+	route := func(r audit.Result) vapRoute {
+		binding := r.Properties[audit.PropBinding]
+		return vapRoute{policy: policy.Name, binding: binding, actions: actions[binding]}
+	}
 	exact := policy.Spec.MatchConstraints != nil && policy.Spec.MatchConstraints.MatchPolicy != nil &&
 		*policy.Spec.MatchConstraints.MatchPolicy == admissionregistrationv1.Exact
 
@@ -222,7 +207,8 @@ func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCoun
 			s := &vapScenario{
 				c:        c,
 				policy:   policy,
-				actions:  actions,
+				policies: []string{policy.Name},
+				route:    route,
 				compiled: compiled,
 				resolver: resolver,
 				dyn:      cl.dyn,
@@ -240,6 +226,39 @@ func runVAPGroup(t *testing.T, cl *vapClients, g *vapGroup, total *tally[vapCoun
 			})
 		})
 	}
+}
+
+// installVAPObjects stores the file's CRDs, namespaces, params and compared objects, and returns the
+// resolver of the cluster's resources. The objects are stored before the policy exists: the product
+// audits objects stored before a policy, and this gives the audit exactly what the apiserver stores
+// (defaults, integer types). The tests of testdata/vap share the one cluster and its objects: what
+// another test stored already, from the same file, is left as it is.
+func installVAPObjects(t *testing.T, cl *vapClients, g *vapGroup) *vap.StaticResolver {
+	t.Helper()
+	ctx := t.Context()
+	for _, crd := range g.crds {
+		if err := env.Client.Create(ctx, crd.DeepCopy()); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("creating CRD %s: %v", crd.Name, err)
+		}
+		if err := envtestutil.WaitEstablished(ctx, env.Client, crd.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resolver, err := vapResolver(ctx, cl.discovery, g.kinds())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, obj := range g.setup {
+		if err := vapCreate(ctx, cl.dyn, resolver, obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range g.cases {
+		if err := vapCreate(ctx, cl.dyn, resolver, c.obj); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return resolver
 }
 
 // installVAP creates the policy, confined to the file's objects, and its bindings in file order,
@@ -333,9 +352,12 @@ func waitForProbe(t *testing.T, cl *vapClients, resolver vap.ResourceResolver, c
 
 // vapScenario is one object of a file, compared under the file's policy.
 type vapScenario struct {
-	c        *vapCase
-	policy   *admissionregistrationv1.ValidatingAdmissionPolicy
-	actions  map[string][]admissionregistrationv1.ValidationAction
+	c      *vapCase
+	policy *admissionregistrationv1.ValidatingAdmissionPolicy
+	// policies name the ValidatingAdmissionPolicies whose warnings are compared.
+	policies []string
+	// route says how the apiserver names and handles the decision a result stands for.
+	route    func(audit.Result) vapRoute
 	compiled *vap.Policy
 	resolver vap.ResourceResolver
 	dyn      dynamic.Interface
@@ -343,6 +365,8 @@ type vapScenario struct {
 	// unevaluated counts the apiserver's texts whose message the audit did not evaluate, each
 	// compared with the fixture's text (see vapAnnotationAPIServerMessage).
 	unevaluated int
+	// withheld counts the apiserver's texts compared up to the error details the audit withholds.
+	withheld int
 }
 
 // compare asks the apiserver and the audit about the scenario's object, reports every disagreement
@@ -357,7 +381,7 @@ func (s *vapScenario) compare(t *testing.T) bool {
 	}
 	t.Logf("the apiserver %s", ans)
 
-	auditGVR, err := s.auditResource()
+	auditGVR, err := vapAuditResource(s.resolver, c.obj.GroupVersionKind(), s.compiled.Resources(), s.exact)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,35 +395,44 @@ func (s *vapScenario) compare(t *testing.T) bool {
 		t.Errorf("the audit has results at %v, which is not among its resources %v", auditGVR, s.compiled.Resources())
 	}
 
-	want := predictAPIServer(s.policy.Name, results, s.actions)
+	s.checkAnswer(t, ans, stored, results)
+	s.checkExpectation(t, ans, results)
+	return ans.denial != nil
+}
+
+// checkAnswer checks the apiserver's answer to the request for the scenario's object against the
+// audit's results on the stored object: the denial and the warnings the results predict, the messages
+// the audit falls back to, the operation, and that no result shows a Secret's data.
+func (s *vapScenario) checkAnswer(t *testing.T, ans vapAnswer, stored *unstructured.Unstructured, results []audit.Result) {
+	t.Helper()
+	c := s.c
+	want := predictAPIServer(results, s.route)
 	s.checkDenial(t, ans, want)
 	s.checkWarnings(t, ans, want)
 	if c.apiserverMessage != "" && s.unevaluated == 0 && !t.Failed() {
 		t.Errorf("the fixture gives the apiserver's message %q, but the apiserver printed no message the audit did not evaluate", c.apiserverMessage)
 	}
 	s.checkFallbackMessages(t, results)
-	s.checkExpectation(t, ans, results)
 	checkOperation(t, c, results)
 	if stored.GetKind() == "Secret" {
 		checkNoSecretLeak(t, stored, ans, results)
 	}
-	return ans.denial != nil
 }
 
-// auditResource is the resource the audit reads the object at: the version the policy names, as the
-// product reads it, when the policy matches equivalent resources (the apiserver converts the request
-// to that version); under matchPolicy Exact, the version of the request, which the policy matches
-// only if it names it.
-func (s *vapScenario) auditResource() (schema.GroupVersionResource, error) {
-	r, err := s.resolver.ResourceForKind(s.c.obj.GroupVersionKind())
+// vapAuditResource is the resource an audit covering resources reads an object of kind gvk at: the
+// version the policy names, as the product reads it, when the policy matches equivalent resources
+// (the apiserver converts the request to that version); under matchPolicy Exact, the version of the
+// request, which the policy matches only if it names it.
+func vapAuditResource(resolver vap.ResourceResolver, gvk schema.GroupVersionKind, resources []schema.GroupVersionResource, exact bool) (schema.GroupVersionResource, error) {
+	r, err := resolver.ResourceForKind(gvk)
 	if err != nil {
 		return schema.GroupVersionResource{}, fmt.Errorf("resolving the object's kind: %w", err)
 	}
-	if s.exact {
+	if exact {
 		return r.Resource, nil
 	}
-	equivalent := s.resolver.EquivalentResourcesFor(r.Resource, "")
-	for _, gvr := range s.compiled.Resources() {
+	equivalent := resolver.EquivalentResourcesFor(r.Resource, "")
+	for _, gvr := range resources {
 		if slices.Contains(equivalent, gvr) {
 			return gvr, nil
 		}
@@ -440,8 +473,7 @@ func (s *vapScenario) checkDenial(t *testing.T, ans vapAnswer, want vapPredictio
 		return
 	}
 	if message != d.text {
-		t.Logf("message compared with the fixture's, the audit not evaluating it: %s\n  apiserver: %s\n  audit:     %s", d.why, message, d.text)
-		s.unevaluated++
+		s.noteInexact(t, "message", message, d)
 	}
 	if got := string(ans.denial.ErrStatus.Reason); got != d.reason {
 		t.Errorf("the apiserver denies with reason %s, the audit's result has reason %s", got, d.reason)
@@ -450,11 +482,12 @@ func (s *vapScenario) checkDenial(t *testing.T, ans vapAnswer, want vapPredictio
 
 // checkWarnings checks that the apiserver warned with exactly the warnings the audit predicts.
 func (s *vapScenario) checkWarnings(t *testing.T, ans vapAnswer, want vapPrediction) {
-	prefix := fmt.Sprintf("Validation failed for ValidatingAdmissionPolicy '%s' ", s.policy.Name)
 	var got []string
 	for _, w := range ans.warnings {
-		if strings.HasPrefix(w, prefix) {
-			got = append(got, w)
+		for _, policy := range s.policies {
+			if strings.HasPrefix(w, fmt.Sprintf("Validation failed for ValidatingAdmissionPolicy '%s' ", policy)) {
+				got = append(got, w)
+			}
 		}
 	}
 	got = sortedUnique(got)
@@ -470,8 +503,7 @@ func (s *vapScenario) checkWarnings(t *testing.T, ans vapAnswer, want vapPredict
 		case !ok:
 			matched = false
 		case g != p.text:
-			t.Logf("warning compared with the fixture's, the audit not evaluating its message: %s\n  apiserver: %s\n  audit:     %s", p.why, g, p.text)
-			s.unevaluated++
+			s.noteInexact(t, "warning", g, p)
 		}
 	}
 	for _, w := range want.warnings {
@@ -483,6 +515,17 @@ func (s *vapScenario) checkWarnings(t *testing.T, ans vapAnswer, want vapPredict
 		t.Errorf("warnings differ\n  apiserver:\n    %s\n  audit:\n    %s%s", strings.Join(got, "\n    "), strings.Join(wanted, "\n    "),
 			s.unevaluatedHint(want.warnings))
 	}
+}
+
+// noteInexact logs the apiserver's text that matched the prediction p other than exactly, and counts it.
+func (s *vapScenario) noteInexact(t *testing.T, what, text string, p vapPredicted) {
+	if p.withheld != "" && strings.HasPrefix(text, p.prefix+p.withheld) {
+		t.Logf("%s compared up to the error details the audit withholds\n  apiserver: %s\n  audit:     %s", what, text, p.text)
+		s.withheld++
+		return
+	}
+	t.Logf("%s compared with the fixture's, the audit not evaluating its message: %s\n  apiserver: %s\n  audit:     %s", what, p.why, text, p.text)
+	s.unevaluated++
 }
 
 // checkFallbackMessages checks the results whose messageExpression the audit did not evaluate (it says
@@ -607,13 +650,22 @@ type vapPredicted struct {
 	unevaluated bool
 	prefix      string
 	why         string
+	// withheld is set for an evaluation error whose details the audit withholds because the expression
+	// may read a Secret's data, stringData or annotations (internal/vap/withhold.go): it is the audit's
+	// message up to the details, "expression '<expression>' resulted in error: ". The apiserver's text
+	// is then prefix and withheld followed by the details.
+	withheld string
 }
 
-// matches reports whether the apiserver's text is the predicted one: the audit's, or for a message
-// the audit did not evaluate, the one with the fixture's message apiserverMessage ("" when the fixture
-// gives none, which matches nothing).
+// matches reports whether the apiserver's text is the predicted one: the audit's, for a message the
+// audit did not evaluate, the one with the fixture's message apiserverMessage ("" when the fixture
+// gives none, which matches nothing), and for an error whose details the audit withholds, one with
+// the audit's text up to the details.
 func (p vapPredicted) matches(text, apiserverMessage string) bool {
 	if text == p.text {
+		return true
+	}
+	if p.withheld != "" && len(text) > len(p.prefix+p.withheld) && strings.HasPrefix(text, p.prefix+p.withheld) {
 		return true
 	}
 	return p.unevaluated && apiserverMessage != "" && text == p.prefix+apiserverMessage
@@ -659,20 +711,31 @@ func (p vapPrediction) denialTexts() []string {
 // evaluation error under failurePolicy Fail is a failed decision handled the same way, with reason
 // Invalid; a configuration error or an auditAnnotation error under Fail is denied whatever the
 // binding's actions; anything under failurePolicy Ignore is admitted silently, and Audit leaves no
-// trace on the response.
-func predictAPIServer(policy string, results []audit.Result, actions map[string][]admissionregistrationv1.ValidationAction) vapPrediction {
+// trace on the response. The apiserver drops a warning whose text is not a valid warning header: one
+// with a control character, such as a line break (k8s.io/apiserver pkg/endpoints/filters/warning.go).
+func predictAPIServer(results []audit.Result, route func(audit.Result) vapRoute) vapPrediction {
 	var p vapPrediction
 	invalid := string(metav1.StatusReasonInvalid)
 	predict := func(format string, r audit.Result, reason string, args ...any) vapPredicted {
 		text := fmt.Sprintf(format, append(args, r.Message)...)
 		prefix := fmt.Sprintf(format, append(args, "")...)
 		why, unevaluated := r.Properties[vap.PropMessageExpression]
-		return vapPredicted{text: text, message: r.Message, reason: reason, unevaluated: unevaluated, prefix: prefix, why: why}
+		var withheld string
+		if before, _, ok := strings.Cut(r.Message, vapWithheldDetails); ok && r.Verdict == audit.Error && strings.HasPrefix(before, "expression '") {
+			withheld = before + vapRuntimeError
+		}
+		return vapPredicted{text: text, message: r.Message, reason: reason, unevaluated: unevaluated, prefix: prefix, why: why, withheld: withheld}
+	}
+	warning := func(w vapPredicted) {
+		if utf8.ValidString(w.text) && !strings.ContainsFunc(w.text, unicode.IsControl) {
+			p.warnings = append(p.warnings, w)
+		}
 	}
 	for _, r := range results {
-		binding := r.Properties[audit.PropBinding]
-		deny := slices.Contains(actions[binding], admissionregistrationv1.Deny)
-		warn := slices.Contains(actions[binding], admissionregistrationv1.Warn)
+		rt := route(r)
+		policy, binding := rt.policy, rt.binding
+		deny := slices.Contains(rt.actions, admissionregistrationv1.Deny)
+		warn := slices.Contains(rt.actions, admissionregistrationv1.Warn)
 		switch r.Verdict {
 		case audit.Fail:
 			reason := r.Properties[audit.PropReason]
@@ -682,7 +745,7 @@ func predictAPIServer(policy string, results []audit.Result, actions map[string]
 			p.denials = append(p.denials, predict(vapDenialWithBinding, r, reason, policy, binding))
 		case audit.Warn:
 			if warn {
-				p.warnings = append(p.warnings, predict(vapWarning, r, "", policy, binding))
+				warning(predict(vapWarning, r, "", policy, binding))
 			}
 		case audit.Error:
 			if r.Properties[audit.PropFailurePolicy] != string(admissionregistrationv1.Fail) {
@@ -694,11 +757,18 @@ func predictAPIServer(policy string, results []audit.Result, actions map[string]
 			case strings.HasPrefix(r.Message, vapConfigBinding) || strings.HasPrefix(r.Rule, "auditAnnotations[") || deny:
 				p.denials = append(p.denials, predict(vapDenialWithBinding, r, invalid, policy, binding))
 			case warn:
-				p.warnings = append(p.warnings, predict(vapWarning, r, "", policy, binding))
+				warning(predict(vapWarning, r, "", policy, binding))
 			}
 		}
 	}
 	return p
+}
+
+// vapRoute is what the apiserver's dispatcher knows of the decision a result stands for: the policy and
+// binding it names ("" for a decision of the policy as a whole) and the binding's validationActions.
+type vapRoute struct {
+	policy, binding string
+	actions         []admissionregistrationv1.ValidationAction
 }
 
 // vapAnswer is the apiserver's answer to a request.
@@ -816,8 +886,9 @@ func vapResolver(ctx context.Context, dc discovery.DiscoveryInterface, want []sc
 	}
 }
 
-// vapCreate stores obj. A custom resource is served a moment after its CRD is established: until
-// then the resource is not found, and the request is retried.
+// vapCreate stores obj, unless another test of the package stored it already. A custom resource is
+// served a moment after its CRD is established: until then the resource is not found, and the
+// request is retried.
 func vapCreate(ctx context.Context, dyn dynamic.Interface, resolver vap.ResourceResolver, obj *unstructured.Unstructured) error {
 	r, err := resolver.ResourceForKind(obj.GroupVersionKind())
 	if err != nil {
@@ -827,7 +898,7 @@ func vapCreate(ctx context.Context, dyn dynamic.Interface, resolver vap.Resource
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		_, err := res.Create(ctx, obj.DeepCopy(), metav1.CreateOptions{})
-		if err == nil {
+		if err == nil || apierrors.IsAlreadyExists(err) {
 			return nil
 		}
 		if !apierrors.IsNotFound(err) && !apierrors.IsMethodNotSupported(err) || time.Now().After(deadline) {
