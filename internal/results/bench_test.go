@@ -40,3 +40,40 @@ func BenchmarkStoreRetained(b *testing.B) {
 		runtime.KeepAlive(s)
 	}
 }
+
+// BenchmarkSummaries measures Summaries over 100,000 objects in 1,000 namespaces, each covered by four
+// policies (one object in twenty fails one of them, one in fifty warns another): the pass the readiness
+// component makes after changes settle, and at every scrape of its metrics, under the store's read lock.
+//
+// Measured on 2 CPUs (AMD EPYC) shared with other builds, load average 3 to 7, with
+// `go test ./internal/results/ -run '^$' -bench Summaries -benchtime 50x -count 6`: 5.5 to 12 ms/op (one run
+// of eleven at 23 ms), i.e. 55 to 120 ns per object; 6.3 KB and 19 allocations per call (the result map and
+// the namespace maps of the two policies with violations).
+func BenchmarkSummaries(b *testing.B) {
+	const objects = 100000
+	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	policies := []audit.PolicyKey{audit.VAPKey("a"), audit.VAPKey("b"), audit.VAPKey("c"), audit.CRDKey("d")}
+	s := NewStore(nil)
+	for i := range objects {
+		ns := fmt.Sprintf("ns-%d", i%1000)
+		uid := types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
+		ref := audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: fmt.Sprintf("cm-%d", i), UID: uid}
+		for _, p := range policies {
+			r := audit.Result{Policy: p.Name, Verdict: audit.Pass, Resource: ref}
+			switch {
+			case i%20 == 0 && p == policies[0]:
+				r.Verdict, r.Message = audit.Fail, "configmaps must name an owner"
+			case i%50 == 0 && p == policies[1]:
+				r.Verdict, r.Message = audit.Warn, "configmaps should be small"
+			}
+			s.Set(p, ObjectKey{GVR: gvr, UID: uid}, ns, []audit.Result{r})
+		}
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		if got := s.Summaries(); got[policies[0]].Fail != objects/20 {
+			b.Fatalf("summary of %s: %+v", policies[0], got[policies[0]])
+		}
+	}
+}

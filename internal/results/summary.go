@@ -1,0 +1,114 @@
+package results
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+// Summary is what one policy currently decides across the objects it covers. An object read in several
+// versions of its resource (a CRD serving two versions with a schema each) counts once per version.
+type Summary struct {
+	// Matched is the number of objects with at least one result of the policy.
+	Matched int
+	// Violating is the number of objects with at least one fail or warn result of the policy.
+	Violating int
+	// Results by verdict, compacted passes included.
+	Pass, Fail, Warn, Error, Skip int
+	// Namespaces holds the fail and warn results per namespace ("" for cluster-scoped objects); namespaces
+	// without any are left out, and the map is nil when there are none.
+	Namespaces map[string]int
+}
+
+// Violations returns the number of fail and warn results: what enforcing the policy would reject or warn about.
+func (s Summary) Violations() int { return s.Fail + s.Warn }
+
+// SafeToEnforce reports whether enforcing the policy would reject nothing it now covers: no object fails,
+// warns or cannot be evaluated. Skips do not count: the API server would judge those objects on their next
+// request, which an audit cannot simulate.
+func (s Summary) SafeToEnforce() bool { return s.Fail == 0 && s.Warn == 0 && s.Error == 0 }
+
+// Equal reports whether s and o hold the same counts.
+func (s Summary) Equal(o Summary) bool {
+	return s.Matched == o.Matched && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
+		s.Warn == o.Warn && s.Error == o.Error && s.Skip == o.Skip && maps.Equal(s.Namespaces, o.Namespaces)
+}
+
+// NamespaceCount is the number of violations (fail and warn results) in one namespace.
+type NamespaceCount struct {
+	Namespace  string // "" for cluster-scoped objects
+	Violations int
+}
+
+// TopNamespaces returns the at most n namespaces with the most violations, by count (highest first), then by
+// name. A negative n returns them all.
+func (s Summary) TopNamespaces(n int) []NamespaceCount {
+	out := make([]NamespaceCount, 0, len(s.Namespaces))
+	for ns, c := range s.Namespaces {
+		out = append(out, NamespaceCount{Namespace: ns, Violations: c})
+	}
+	slices.SortFunc(out, func(a, b NamespaceCount) int {
+		if c := cmp.Compare(b.Violations, a.Violations); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Namespace, b.Namespace)
+	})
+	if n >= 0 && len(out) > n {
+		out = out[:n]
+	}
+	return out
+}
+
+// Summaries returns the summary of every policy that has results, in one pass over the store. It holds the
+// store's read lock for that pass: 5 to 12 ms per 100,000 objects on a shared 2-CPU machine
+// (BenchmarkSummaries).
+func (s *Store) Summaries() map[audit.PolicyKey]Summary {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	// By policy index: no map lookup per result.
+	acc := make([]Summary, len(s.policies))
+	for namespace, ns := range s.byNS {
+		for _, objs := range ns {
+			for o := range objs.Values() {
+				o.each(func(p policyResults) {
+					sum := &acc[p.policy]
+					sum.Matched++
+					sum.Pass += int(p.passes)
+					violations := 0
+					for _, r := range p.results {
+						switch r.Verdict {
+						case audit.Pass:
+							sum.Pass++
+						case audit.Fail:
+							sum.Fail++
+							violations++
+						case audit.Warn:
+							sum.Warn++
+							violations++
+						case audit.Error:
+							sum.Error++
+						case audit.Skip:
+							sum.Skip++
+						}
+					}
+					if violations > 0 {
+						sum.Violating++
+						if sum.Namespaces == nil {
+							sum.Namespaces = map[string]int{}
+						}
+						sum.Namespaces[namespace] += violations
+					}
+				})
+			}
+		}
+	}
+	out := make(map[audit.PolicyKey]Summary, len(acc))
+	for i, sum := range acc {
+		if sum.Matched > 0 {
+			out[s.policies[i]] = sum
+		}
+	}
+	return out
+}

@@ -1,0 +1,190 @@
+package results
+
+import (
+	"reflect"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+func TestSummaries(t *testing.T) {
+	v2 := schema.GroupVersionResource{Version: "v2", Resource: "configmaps"}
+	type set struct {
+		policy  audit.PolicyKey
+		obj     ObjectKey
+		ns      string
+		results []audit.Result
+	}
+	p, q, crd := audit.VAPKey("p"), audit.VAPKey("q"), audit.CRDKey("p") // a CRD may share a VAP's name
+	cases := []struct {
+		name       string
+		keepPasses bool
+		sets       []set
+		deletes    []audit.PolicyKey
+		want       map[audit.PolicyKey]Summary
+	}{
+		{
+			name: "empty store",
+			want: map[audit.PolicyKey]Summary{},
+		},
+		{
+			name: "compacted passes are counted per result and objects once",
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{
+					result("n", "a", "p", audit.Pass, withProps("binding", "b1")),
+					result("n", "a", "p", audit.Pass, withProps("binding", "b2")),
+				}},
+				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Pass)}},
+			},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Pass: 3}},
+		},
+		{
+			name:       "kept passes are counted the same",
+			keepPasses: true,
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{
+					result("n", "a", "p", audit.Pass, withProps("binding", "b1")),
+					result("n", "a", "p", audit.Pass, withProps("binding", "b2")),
+				}},
+				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Pass)}},
+			},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Pass: 3}},
+		},
+		{
+			name: "every verdict, violations by namespace, cluster-scoped under the empty namespace",
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{
+					result("n", "a", "p", audit.Fail, withProps("rule", "r1")),
+					result("n", "a", "p", audit.Fail, withProps("rule", "r2")),
+					result("n", "a", "p", audit.Skip, withProps("rule", "r3")),
+				}},
+				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Warn), result("n", "b", "p", audit.Pass, withProps("binding", "b2"))}},
+				{p, key("c"), "m", []audit.Result{result("m", "c", "p", audit.Error)}},
+				{p, key("d"), "m", []audit.Result{result("m", "d", "p", audit.Pass)}},
+				{p, key("e"), "", []audit.Result{result("", "e", "p", audit.Warn)}},
+			},
+			want: map[audit.PolicyKey]Summary{p: {
+				Matched: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 1,
+				Namespaces: map[string]int{"n": 3, "": 1},
+			}},
+		},
+		{
+			name: "policies are kept apart, also of different sources with one name",
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
+				{q, key("a"), "n", []audit.Result{result("n", "a", "q", audit.Pass)}},
+				{crd, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Error)}},
+				{q, key("b"), "o", []audit.Result{result("o", "b", "q", audit.Warn)}},
+			},
+			want: map[audit.PolicyKey]Summary{
+				p:   {Matched: 1, Violating: 1, Fail: 1, Namespaces: map[string]int{"n": 1}},
+				q:   {Matched: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"o": 1}},
+				crd: {Matched: 1, Error: 1},
+			},
+		},
+		{
+			name: "an object read in two versions counts once per version",
+			sets: []set{
+				{crd, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
+				{crd, ObjectKey{GVR: v2, UID: "a"}, "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
+			},
+			want: map[audit.PolicyKey]Summary{crd: {Matched: 2, Violating: 2, Fail: 2, Namespaces: map[string]int{"n": 2}}},
+		},
+		{
+			name: "a policy whose results are gone has no summary",
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
+				{q, key("a"), "n", []audit.Result{result("n", "a", "q", audit.Pass)}},
+				{q, key("a"), "n", nil},
+			},
+			deletes: []audit.PolicyKey{p},
+			want:    map[audit.PolicyKey]Summary{},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore(nil, KeepPasses(tc.keepPasses))
+			for _, x := range tc.sets {
+				s.Set(x.policy, x.obj, x.ns, x.results)
+			}
+			for _, k := range tc.deletes {
+				s.DeletePolicy(k, schema.GroupVersionResource{})
+			}
+			got := s.Summaries()
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("Summaries() =\n %+v\nwant\n %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSummaryDecisions(t *testing.T) {
+	cases := []struct {
+		name       string
+		s          Summary
+		violations int
+		safe       bool
+	}{
+		{name: "nothing matched", s: Summary{}, violations: 0, safe: true},
+		{name: "passes and skips", s: Summary{Matched: 3, Pass: 2, Skip: 1}, violations: 0, safe: true},
+		{name: "a fail", s: Summary{Matched: 3, Pass: 2, Fail: 1}, violations: 1, safe: false},
+		{name: "a warn", s: Summary{Matched: 3, Pass: 2, Warn: 1}, violations: 1, safe: false},
+		{name: "an error is no violation but not safe", s: Summary{Matched: 3, Pass: 2, Error: 1}, violations: 0, safe: false},
+		{name: "fails and warns add up", s: Summary{Matched: 3, Fail: 2, Warn: 3}, violations: 5, safe: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.s.Violations(); got != tc.violations {
+				t.Errorf("Violations() = %d, want %d", got, tc.violations)
+			}
+			if got := tc.s.SafeToEnforce(); got != tc.safe {
+				t.Errorf("SafeToEnforce() = %v, want %v", got, tc.safe)
+			}
+		})
+	}
+}
+
+func TestTopNamespaces(t *testing.T) {
+	s := Summary{Namespaces: map[string]int{"b": 3, "a": 3, "c": 7, "": 1, "d": 2}}
+	cases := []struct {
+		n    int
+		want []NamespaceCount
+	}{
+		{n: 0, want: []NamespaceCount{}},
+		{n: 1, want: []NamespaceCount{{"c", 7}}},
+		{n: 3, want: []NamespaceCount{{"c", 7}, {"a", 3}, {"b", 3}}},
+		{n: 10, want: []NamespaceCount{{"c", 7}, {"a", 3}, {"b", 3}, {"d", 2}, {"", 1}}},
+		{n: -1, want: []NamespaceCount{{"c", 7}, {"a", 3}, {"b", 3}, {"d", 2}, {"", 1}}},
+	}
+	for _, tc := range cases {
+		if got := s.TopNamespaces(tc.n); !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("TopNamespaces(%d) = %v, want %v", tc.n, got, tc.want)
+		}
+	}
+	if got := (Summary{}).TopNamespaces(10); len(got) != 0 {
+		t.Errorf("TopNamespaces of a summary without violations = %v, want none", got)
+	}
+}
+
+func TestSummaryEqual(t *testing.T) {
+	base := Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	cases := []struct {
+		name string
+		o    Summary
+		want bool
+	}{
+		{name: "same", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: true},
+		{name: "other count", o: Summary{Matched: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "other namespace", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"m": 1}}, want: false},
+		{name: "no namespaces", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1}, want: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := base.Equal(tc.o); got != tc.want {
+				t.Errorf("Equal = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
