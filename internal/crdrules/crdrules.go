@@ -134,6 +134,26 @@ func Compile(crd *apiextensionsv1.CustomResourceDefinition, opts Options) *Polic
 	return p
 }
 
+// Problems lists what in the CRD's validation does not compile, by served version (sorted): a version whose
+// validation cannot be built, and each x-kubernetes-validations rule that fails to compile, as
+// "version <v>, <rule ID>: <error>" with the error as the results show it. Nil when everything compiled. The
+// API server rejects such rules when a CRD is written, so they come from a CRD stored under other rules:
+// another Kubernetes version, or a CRD read from a file.
+func (p *Policy) Problems() []string {
+	var out []string
+	for _, gvr := range p.resources {
+		vp := p.versions[gvr.Version]
+		if vp.buildErr != nil {
+			out = append(out, fmt.Sprintf("cannot validate version %s: %v", vp.version, vp.buildErr))
+			continue
+		}
+		for _, problem := range vp.rules.problems(nil) {
+			out = append(out, fmt.Sprintf("version %s, %s", vp.version, problem))
+		}
+	}
+	return out
+}
+
 // Key identifies the policy among every source.
 func (p *Policy) Key() audit.PolicyKey { return audit.CRDKey(p.name) }
 

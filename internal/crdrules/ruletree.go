@@ -27,7 +27,9 @@ type ruleNode struct {
 	// initErr is set when the node's rules could not be compiled at all; the validator then reports
 	// one "rule compiler initialization error" for the node.
 	initErr bool
-	rules   []ruleInfo
+	// initDetail is the detail of the node's initialization error, "" when its rules compiled.
+	initDetail string
+	rules      []ruleInfo
 
 	items                *ruleNode
 	additionalProperties *ruleNode
@@ -73,7 +75,7 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 	compiled, err := apiextensionscel.Compile(&compilationSchema, declType, perCallLimit,
 		environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), apiextensionscel.StoredExpressionsEnvLoader())
 
-	n := &ruleNode{schemaPath: path, schema: nodeSchema, initErr: err != nil}
+	n := &ruleNode{schemaPath: path, schema: nodeSchema, initErr: err != nil, initDetail: initDetail(err)}
 	for i, c := range compiled {
 		rule := validationSchema.XValidations[i]
 		info := ruleInfo{
@@ -156,6 +158,41 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 		return n
 	}
 	return nil
+}
+
+// initDetail is the detail the validator reports for a node whose rules could not be compiled at all with
+// err, "" for none.
+func initDetail(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprintf("rule compiler initialization error: %v", err)
+}
+
+// problems appends to out, in the order the rules were built, what does not compile in n and below it: the
+// node's initialization error and each rule's compile error, as "<rule ID>: <detail>" with the detail as the
+// results show it.
+func (n *ruleNode) problems(out []string) []string {
+	if n == nil {
+		return out
+	}
+	if n.initErr {
+		out = append(out, joinPath(n.schemaPath, "x-kubernetes-validations")+": "+stableText(n.initDetail))
+	}
+	for i := range n.rules {
+		if r := &n.rules[i]; r.compileErr != "" {
+			out = append(out, r.id+": "+stableText(r.compileErr))
+		}
+	}
+	out = n.items.problems(out)
+	for _, k := range sortedKeys(n.properties) {
+		out = n.properties[k].problems(out)
+	}
+	out = n.additionalProperties.problems(out)
+	for _, b := range n.allOf {
+		out = b.problems(out)
+	}
+	return out
 }
 
 // hasTransition reports whether n or a node below it has a transition rule.

@@ -2,6 +2,7 @@ package vap
 
 import (
 	"fmt"
+	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -42,6 +43,8 @@ type Compiled struct {
 
 	paramKind    *schema.GroupVersionKind
 	paramKindErr error
+	// problems says what did not compile, in spec order (see Problems).
+	problems []string
 	// paramsAreSecrets says that the paramKind is the core v1 Secret: the params' sensitive fields are then
 	// withheld like an audited Secret's, and results are redacted of each param's values.
 	paramsAreSecrets     bool
@@ -105,12 +108,82 @@ func CompilePolicy(policy *admissionregistrationv1.ValidatingAdmissionPolicy, op
 		if r := recover(); r != nil {
 			c.compileErr = fmt.Errorf("internal error compiling policy: %v", r)
 		}
+		c.problems = c.listProblems(c.problems)
 	}()
-	c.compile(opts)
+	c.problems = c.compile(opts)
 	return c
 }
 
-func (c *Compiled) compile(opts Options) {
+// Problems lists what in the policy does not compile, in spec order, each as "<field>: <error>" with the
+// error as the results show it: the policy as a whole (an internal error, a paramKind whose apiVersion does
+// not parse), then each variable, matchCondition, validation, messageExpression and audit annotation that
+// fails to compile or type-check. Nil when everything compiled. The API server rejects such expressions when
+// a policy is written, so they come from a policy stored under other rules: another Kubernetes version, or
+// a policy read from a file.
+func (c *Compiled) Problems() []string { return slices.Clone(c.problems) }
+
+// listProblems returns the problems of the policy as a whole followed by exprs, the problems of its
+// expressions.
+func (c *Compiled) listProblems(exprs []string) []string {
+	var out []string
+	if c.compileErr != nil {
+		out = append(out, c.compileErr.Error())
+	}
+	if c.paramKindErr != nil {
+		out = append(out, "spec.paramKind.apiVersion: "+c.paramKindErr.Error())
+	}
+	return append(out, exprs...)
+}
+
+// compileRecorder compiles as the apiserver's compiler does and records each expression that fails. It
+// stands for both the Compiler and the ConditionCompiler of a cel.CompositedCompiler, so that variables and
+// conditions are compiled through it; the ConditionEvaluators it returns are the apiserver's, built from the
+// same compilation results.
+type compileRecorder struct {
+	cel.Compiler
+	failed map[cel.ExpressionAccessor]error
+}
+
+var _ cel.ConditionCompiler = &compileRecorder{}
+
+func (r *compileRecorder) CompileCELExpression(e cel.ExpressionAccessor, opts cel.OptionalVariableDeclarations, mode environment.Type) cel.CompilationResult {
+	res := r.Compiler.CompileCELExpression(e, opts, mode)
+	if res.Error != nil {
+		r.failed[e] = res.Error
+	}
+	return res
+}
+
+// CompileCondition is the apiserver's conditionCompiler.CompileCondition (k8s.io/apiserver
+// pkg/admission/plugin/cel/condition.go), compiling through r.
+func (r *compileRecorder) CompileCondition(exprs []cel.ExpressionAccessor, opts cel.OptionalVariableDeclarations, mode environment.Type) cel.ConditionEvaluator {
+	results := make([]cel.CompilationResult, len(exprs))
+	for i, e := range exprs {
+		if e == nil {
+			continue
+		}
+		results[i] = r.CompileCELExpression(e, opts, mode)
+	}
+	return cel.NewCondition(results)
+}
+
+// problem returns "<field>: <message>" for an accessor that failed to compile, with the message its results
+// show: the evaluation of an expression that did not compile fails with "compilation error: <error>"
+// (cel.evaluationActivation.Evaluate), and an expression reading a variable that did not compile with
+// "composited variable <name> fails to compile: <error>".
+func (r *compileRecorder) problem(field string, e cel.ExpressionAccessor) (string, bool) {
+	err, failed := r.failed[e]
+	if !failed {
+		return "", false
+	}
+	if v, ok := e.(*validating.Variable); ok {
+		return fmt.Sprintf("%s: composited variable %q fails to compile: %v", field, v.Name, err), true
+	}
+	return fmt.Sprintf("%s: compilation error: %v", field, err), true
+}
+
+// compile compiles the policy's expressions and returns the problems of those that failed, in spec order.
+func (c *Compiled) compile(opts Options) (problems []string) {
 	spec := &c.policy.Spec
 	ver := opts.CompatibilityVersion
 	if ver == nil {
@@ -119,8 +192,10 @@ func (c *Compiled) compile(opts Options) {
 	compiler, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(ver))
 	if err != nil {
 		c.compileErr = err
-		return
+		return nil
 	}
+	recorder := &compileRecorder{Compiler: compiler.Compiler, failed: map[cel.ExpressionAccessor]error{}}
+	compiler.Compiler, compiler.ConditionCompiler = recorder, recorder
 	hasParams := spec.ParamKind != nil
 	optionalVars := cel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
 	messageVars := cel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
@@ -138,8 +213,9 @@ func (c *Compiled) compile(opts Options) {
 	deps := newUserDependency(env, spec.Variables)
 	secrets := newSecretReads(env, spec.Variables, c.paramsAreSecrets)
 
+	var conditions []cel.ExpressionAccessor
 	if len(spec.MatchConditions) > 0 {
-		conditions := make([]cel.ExpressionAccessor, len(spec.MatchConditions))
+		conditions = make([]cel.ExpressionAccessor, len(spec.MatchConditions))
 		c.matchConditionReads = make([]exposure, len(spec.MatchConditions))
 		for i := range spec.MatchConditions {
 			conditions[i] = (*matchconditions.MatchCondition)(&spec.MatchConditions[i])
@@ -161,6 +237,9 @@ func (c *Compiled) compile(opts Options) {
 	var validations []cel.ExpressionAccessor
 	var messages []*validating.MessageExpressionCondition // aligned with validations; nil for none
 	c.validations = make([]validationInfo, len(spec.Validations))
+	// The accessors compiled for each spec.validations index, nil for those not compiled.
+	validationAccessors := make([]cel.ExpressionAccessor, len(spec.Validations))
+	messageAccessors := make([]cel.ExpressionAccessor, len(spec.Validations))
 	for i, v := range spec.Validations {
 		info := validationInfo{expression: v.Expression}
 		if reason := deps.reason(v.Expression); reason != "" {
@@ -169,13 +248,15 @@ func (c *Compiled) compile(opts Options) {
 			continue
 		}
 		info.reads = secrets.of(v.Expression)
-		validations = append(validations, &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason})
+		validationAccessors[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		validations = append(validations, validationAccessors[i])
 		var message *validating.MessageExpressionCondition
 		if v.MessageExpression != "" {
 			if reason := deps.reason(v.MessageExpression); reason != "" {
 				info.messageSkip = fmt.Sprintf("not evaluated: depends on the requesting user (%s)", reason)
 			} else {
 				message = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
+				messageAccessors[i] = message
 				info.hasMessageExpression = true
 				info.messageReads = secrets.of(v.MessageExpression)
 			}
@@ -187,12 +268,14 @@ func (c *Compiled) compile(opts Options) {
 
 	var annotations []int // spec.auditAnnotations that can be evaluated
 	annotationReads := make([]exposure, len(spec.AuditAnnotations))
+	annotationAccessors := make([]cel.ExpressionAccessor, len(spec.AuditAnnotations))
 	for i, a := range spec.AuditAnnotations {
 		if deps.reason(a.ValueExpression) != "" {
 			continue // a value computed for no user would be meaningless
 		}
 		annotations = append(annotations, i)
 		annotationReads[i] = secrets.of(a.ValueExpression)
+		annotationAccessors[i] = &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
 	}
 
 	// The validations are evaluated, whatever they read, for every object: a verdict is a boolean and
@@ -215,8 +298,7 @@ func (c *Compiled) compile(opts Options) {
 			if annotationReads[i]&withheld != 0 {
 				continue
 			}
-			a := spec.AuditAnnotations[i]
-			annotationConditions = append(annotationConditions, &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression})
+			annotationConditions = append(annotationConditions, annotationAccessors[i])
 			ev.annotations = append(ev.annotations, i)
 			ev.reads |= annotationReads[i]
 		}
@@ -254,6 +336,26 @@ func (c *Compiled) compile(opts Options) {
 		c.secret.withheld |= readsObject
 	}
 	c.readsNamespaceObject = deps.namespaceObject
+
+	add := func(field string, e cel.ExpressionAccessor) {
+		if p, failed := recorder.problem(field, e); failed {
+			problems = append(problems, p)
+		}
+	}
+	for i, v := range variables {
+		add(fmt.Sprintf("spec.variables[%d].expression", i), v)
+	}
+	for i, e := range conditions {
+		add(fmt.Sprintf("spec.matchConditions[%d].expression", i), e)
+	}
+	for i := range spec.Validations {
+		add(fmt.Sprintf("spec.validations[%d].expression", i), validationAccessors[i])
+		add(fmt.Sprintf("spec.validations[%d].messageExpression", i), messageAccessors[i])
+	}
+	for i, e := range annotationAccessors {
+		add(fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), e)
+	}
+	return problems
 }
 
 // isSecret reports whether gvk is the core v1 Secret.
