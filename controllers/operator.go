@@ -87,6 +87,7 @@ type wiring struct {
 
 	store     *results.Store
 	notifier  *Notifier
+	warnings  *warnings
 	discovery *views.Discovery
 	refresher *views.Refresher
 	scan      *scan.Engine
@@ -130,6 +131,7 @@ func (w *wiring) newManager() error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	w.events = w.mgr.GetEventRecorder("celaudit")
+	w.warnings = &warnings{Recorder: w.events}
 	return nil
 }
 
@@ -184,6 +186,7 @@ func (w *wiring) setupCRDs() error {
 		Resync:   w.opts.ResyncPeriod,
 		Startup:  w.startup,
 		Changed:  w.refresher.Trigger,
+		Warnings: w.warnings,
 	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
 	if err != nil {
 		return fmt.Errorf("setting up CRD controller: %w", err)
@@ -215,6 +218,7 @@ func (w *wiring) setupVAPs() error {
 		Compile:    compile,
 		Resync:     w.opts.ResyncPeriod,
 		Startup:    w.startup,
+		Warnings:   w.warnings,
 	}
 	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged)
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
