@@ -88,7 +88,7 @@ func storedPolicy(name string, expressions ...string) *admissionregistrationv1.V
 // TestCompileFailedScenario audits a policy the API server accepted under other rules and whose expressions
 // this version cannot compile (written to etcd directly, as an older or newer Kubernetes could have stored
 // it): its objects get error results, and the policy a CompileFailed Warning Event quoting the compiler as
-// the results do.
+// the results do, and a NotSafeToEnforce one.
 func TestCompileFailedScenario(t *testing.T) {
 	ctx := context.Background()
 	create(t,
@@ -117,7 +117,9 @@ func TestCompileFailedScenario(t *testing.T) {
 	expectReport(t, "cf-a", 0, "error cm: "+syntax, "error cm: "+types)
 	expectEvents(t, "ValidatingAdmissionPolicy", "cf-broken",
 		"Warning CompileFailed: Not everything compiles, so the objects it covers get error results: spec.validations[0].expression: "+syntax+
-			"; spec.validations[1].expression: "+types)
+			"; spec.validations[1].expression: "+types,
+		// Errors are not violations, but the policy is not safe to enforce.
+		"Warning NotSafeToEnforce: 0 of 1 matched objects violate the policy (0 fail, 0 warn, 2 error)")
 }
 
 // TestBindingWarningsScenario: a binding of a policy that does not exist, and a binding whose param does not
