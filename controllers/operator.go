@@ -53,6 +53,8 @@ type Operator struct {
 	Settled func() bool
 	// Results holds the current results.
 	Results *results.Store
+
+	readiness *readiness
 }
 
 // NewOperator wires celaudit: the manager, the result store, the scan engine and every reconciler.
@@ -66,13 +68,14 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		w.setupVAPs,       // one bound policy per ValidatingAdmissionPolicy, its params and bindings
 		w.setupNamespaces, // rescans within a namespace whose labels changed
 		w.setupReports,    // the PolicyReports, written when the results change
+		w.setupReadiness,  // each policy's summary at the last complete audit: metrics and readiness Events
 		w.addChecks,       // health, and readiness once the first audit is done
 	} {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
-	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store}, nil
+	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store, readiness: w.readiness}, nil
 }
 
 // wiring holds the parts of an operator while NewOperator connects them.
@@ -87,6 +90,8 @@ type wiring struct {
 
 	store     *results.Store
 	notifier  *Notifier
+	readiness *readiness
+	warnings  *warnings
 	discovery *views.Discovery
 	refresher *views.Refresher
 	scan      *scan.Engine
@@ -130,12 +135,20 @@ func (w *wiring) newManager() error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	w.events = w.mgr.GetEventRecorder("celaudit")
+	w.warnings = &warnings{Recorder: w.events}
 	return nil
 }
 
 func (w *wiring) newStore() error {
 	w.notifier = NewNotifier()
-	w.store = results.NewStore(w.notifier.Notify, results.KeepPasses(slices.Contains(w.verdicts, audit.Pass)))
+	w.readiness = newReadiness(nil, w.settled, w.mgr.GetClient(), w.events, w.opts.ReadinessInterval, w.log.WithName("readiness"))
+	// The report reconciler and readiness both follow the results.
+	changed := func(namespace string) {
+		w.notifier.Notify(namespace)
+		w.readiness.Changed()
+	}
+	w.store = results.NewStore(changed, results.KeepPasses(slices.Contains(w.verdicts, audit.Pass)))
+	w.readiness.Results = w.store
 	return nil
 }
 
@@ -160,8 +173,12 @@ func (w *wiring) newScan() error {
 		Backoff:     w.opts.ReadBackoff,
 		Namespaced:  w.discovery.Namespaced,
 		OnReadError: readErrors.ReadError,
-		// Report writes held back for the first audit or a rescan go once it ends.
-		OnSettled: w.notifier.Recheck,
+		OnSettled: func() {
+			// Report writes held back for the first audit or a rescan go once it ends.
+			w.notifier.Recheck()
+			// Readiness is decided at complete audits.
+			w.readiness.Changed()
+		},
 	})
 	if err := w.mgr.Add(w.scan); err != nil {
 		return fmt.Errorf("adding scan engine: %w", err)
@@ -171,6 +188,7 @@ func (w *wiring) newScan() error {
 	w.startup.OnOpen(w.scan.Release)
 	// With no policy covering any resource, the first audit is done as the gate opens.
 	w.startup.OnOpen(w.notifier.Recheck)
+	w.startup.OnOpen(w.readiness.Changed)
 	return nil
 }
 
@@ -184,6 +202,7 @@ func (w *wiring) setupCRDs() error {
 		Resync:   w.opts.ResyncPeriod,
 		Startup:  w.startup,
 		Changed:  w.refresher.Trigger,
+		Warnings: w.warnings,
 	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
 	if err != nil {
 		return fmt.Errorf("setting up CRD controller: %w", err)
@@ -215,6 +234,7 @@ func (w *wiring) setupVAPs() error {
 		Compile:    compile,
 		Resync:     w.opts.ResyncPeriod,
 		Startup:    w.startup,
+		Warnings:   w.warnings,
 	}
 	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged)
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
@@ -276,6 +296,18 @@ func (w *wiring) setupReports() error {
 	}).SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers))
 	if err != nil {
 		return fmt.Errorf("setting up report controller: %w", err)
+	}
+	return nil
+}
+
+func (w *wiring) setupReadiness() error {
+	if w.opts.ReadinessInterval <= 0 {
+		return fmt.Errorf("--readiness-interval must be positive, got %s", w.opts.ReadinessInterval)
+	}
+	// Registration fails when several operators share a process (tests); metrics then stay with the first.
+	_ = metrics.Registry.Register(newReadinessCollector(w.readiness))
+	if err := w.mgr.Add(w.readiness); err != nil {
+		return fmt.Errorf("adding readiness: %w", err)
 	}
 	return nil
 }

@@ -52,6 +52,8 @@ type vapReconciler struct {
 	Resync  time.Duration
 	Startup *startupGate
 	Clock   clock.PassiveClock
+	// Warnings records the Warning Events of policies that do not compile and of bindings that bind nothing.
+	Warnings *warnings
 
 	mu     sync.Mutex
 	state  map[string]*vapState
@@ -87,7 +89,7 @@ func (r *vapReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.remove(ctx, req.Name)
+			return ctrl.Result{}, r.removeMissing(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("getting ValidatingAdmissionPolicy %s: %w", req.Name, err)
 	}
@@ -127,6 +129,7 @@ func (r *vapReconciler) reconcile(ctx context.Context, policy *admissionregistra
 	} else {
 		ctrl.LoggerFrom(ctx).V(1).Info("Compiling ValidatingAdmissionPolicy", "generation", policy.Generation)
 		next.compiled = r.Compile(policy)
+		r.Warnings.compileFailed(policy, kindVAP, next.compiled.Problems())
 	}
 	refs := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(bindings))
 	for i := range bindings {
@@ -137,6 +140,9 @@ func (r *vapReconciler) reconcile(ctx context.Context, policy *admissionregistra
 	if err := r.Params.Track(ctx, policy.Name, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
 		return ctrl.Result{}, err
 	}
+	r.Warnings.bindingsChecked(policy.Name, bindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) (string, string) {
+		return paramProblem(b, paramKind(next.paramKinds), next.resolver, r.Params)
+	})
 	// Only discovery changed, and not in a way that changes what the policy decides: results stay valid, only
 	// newly covered resources need reading.
 	onlyDiscovery := st != nil && st.compileKey == next.compileKey && st.bindings == next.bindings && sameParamResolution(st, next)
@@ -190,10 +196,21 @@ func bindingsSignature(bindings []admissionregistrationv1.ValidatingAdmissionPol
 	return b.String()
 }
 
+// removeMissing removes the policy name, which does not exist, and warns on each binding that names it.
+func (r *vapReconciler) removeMissing(ctx context.Context, name string) error {
+	bindings := &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}
+	if err := r.Client.List(ctx, bindings, client.MatchingFields{bindingPolicyField: name}); err != nil {
+		return fmt.Errorf("listing bindings of %s: %w", name, err)
+	}
+	r.Warnings.bindingsChecked(name, bindings.Items, missingPolicy(name))
+	return r.remove(ctx, name)
+}
+
 func (r *vapReconciler) remove(ctx context.Context, name string) error {
 	r.mu.Lock()
 	delete(r.state, name)
 	r.mu.Unlock()
+	r.Warnings.forget(kindVAP, name)
 	r.Registry.RemovePolicy(audit.VAPKey(name))
 	return r.Params.Track(ctx, name, nil, nil)
 }
@@ -290,8 +307,8 @@ func (r *vapReconciler) listAtStartup(ctx context.Context) error {
 
 // SetupWithManager registers the reconciler, the binding index and the start-up registration with mgr.
 func (r *vapReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Compile == nil || r.Startup == nil {
-		return fmt.Errorf("vapReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile and Startup")
+	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Compile == nil || r.Startup == nil || r.Warnings == nil {
+		return fmt.Errorf("vapReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile, Startup and Warnings")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
