@@ -10,8 +10,10 @@ import (
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
@@ -42,6 +45,7 @@ func Scheme() *k8sruntime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(v1alpha2.AddToScheme(s))
+	utilruntime.Must(auditv1alpha1.AddToScheme(s))
 	return s
 }
 
@@ -61,15 +65,16 @@ type Operator struct {
 func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg)}
 	for _, step := range []func() error{
-		w.newManager,      // the manager and its cache: policies, params, namespaces and celaudit's own reports
-		w.newStore,        // the current results, and what tells the report reconciler which namespaces changed
-		w.newScan,         // discovery, and the engine that reads audited resources and evaluates their objects
-		w.setupCRDs,       // one compiled policy per audited CRD
-		w.setupVAPs,       // one bound policy per ValidatingAdmissionPolicy, its params and bindings
-		w.setupNamespaces, // rescans within a namespace whose labels changed
-		w.setupReports,    // the PolicyReports, written when the results change
-		w.setupReadiness,  // each policy's summary at the last complete audit: metrics and readiness Events
-		w.addChecks,       // health, and readiness once the first audit is done
+		w.newManager,         // the manager and its cache: policies, params, namespaces and celaudit's own reports
+		w.newStore,           // the current results, and what tells the report reconciler which namespaces changed
+		w.newScan,            // discovery, and the engine that reads audited resources and evaluates their objects
+		w.setupCRDs,          // one compiled policy per audited CRD
+		w.setupVAPs,          // one bound policy per ValidatingAdmissionPolicy, its params and bindings
+		w.setupAuditPolicies, // one bound policy per AuditPolicy, and its admission policy in Warn and Deny
+		w.setupNamespaces,    // rescans within a namespace whose labels changed
+		w.setupReports,       // the PolicyReports, written when the results change
+		w.setupReadiness,     // each policy's summary at the last complete audit: metrics and readiness Events
+		w.addChecks,          // health, and readiness once the first audit is done
 	} {
 		if err := step(); err != nil {
 			return nil, err
@@ -98,6 +103,8 @@ type wiring struct {
 	startup   *startupGate
 	vaps      *vapReconciler
 	audited   atomic.Bool // the first audit is done
+	// auditPolicies says whether the AuditPolicy CRD is installed.
+	auditPolicies bool
 }
 
 func (w *wiring) newManager() error {
@@ -136,6 +143,12 @@ func (w *wiring) newManager() error {
 	}
 	w.events = w.mgr.GetEventRecorder("celaudit")
 	w.warnings = &warnings{Recorder: w.events}
+	if w.auditPolicies, err = served(w.mgr.GetRESTMapper(), auditv1alpha1.GroupVersion.WithKind("AuditPolicy")); err != nil {
+		return err
+	}
+	if !w.auditPolicies {
+		w.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
+	}
 	return nil
 }
 
@@ -184,7 +197,11 @@ func (w *wiring) newScan() error {
 		return fmt.Errorf("adding scan engine: %w", err)
 	}
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
-	w.startup = newStartupGate(audit.SourceCRD, audit.SourceVAP)
+	sources := []audit.PolicySource{audit.SourceCRD, audit.SourceVAP}
+	if w.auditPolicies {
+		sources = append(sources, audit.SourceAuditPolicy)
+	}
+	w.startup = newStartupGate(sources...)
 	w.startup.OnOpen(w.scan.Release)
 	// With no policy covering any resource, the first audit is done as the gate opens.
 	w.startup.OnOpen(w.notifier.Recheck)
@@ -219,11 +236,11 @@ func (w *wiring) setupVAPs() error {
 	if err != nil {
 		return fmt.Errorf("creating dynamic client: %w", err)
 	}
-	compile := w.compiler.VAP
+	compile := w.compiler.VAPAs
 	if hold := w.opts.beforeVAPCompile; hold != nil {
-		compile = func(p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+		compile = func(key audit.PolicyKey, p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
 			hold(p.Name)
-			return w.compiler.VAP(p)
+			return w.compiler.VAPAs(key, p)
 		}
 	}
 	w.vaps = &vapReconciler{
@@ -244,6 +261,39 @@ func (w *wiring) setupVAPs() error {
 		return fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
 	}
 	return nil
+}
+
+func (w *wiring) setupAuditPolicies() error {
+	if !w.auditPolicies {
+		return nil
+	}
+	r := &auditPolicyReconciler{
+		Client:    w.mgr.GetClient(),
+		Policies:  w.vaps,
+		Summaries: w.readiness,
+		Events:    w.events,
+		Manage:    w.opts.ManageAdmissionPolicies,
+		Startup:   w.startup,
+		Discovery: w.discovery,
+	}
+	w.readiness.OnChange(r.summariesChanged)
+	w.readiness.OnAudit(r.auditCompleted)
+	if err := r.SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers)); err != nil {
+		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
+	}
+	return nil
+}
+
+// served reports whether the API server serves gvk.
+func served(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up %s: %w", gvk.Kind, err)
 }
 
 func (w *wiring) setupNamespaces() error {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/scan"
 )
@@ -59,8 +60,8 @@ func (r *readErrorEvents) policyObject(ctx context.Context, key audit.PolicyKey)
 	return obj
 }
 
-// policyObject reads the object behind a policy, to record Events on: the CRD or the
-// ValidatingAdmissionPolicy. It returns nil for keys of other sources, and with an error when it cannot be read.
+// policyObject reads the object behind a policy, to record Events on: the CRD, the
+// ValidatingAdmissionPolicy or the AuditPolicy. It returns nil for keys of other sources, and with an error when it cannot be read.
 func policyObject(ctx context.Context, reader client.Reader, key audit.PolicyKey) (client.Object, error) {
 	var obj client.Object
 	switch key.Source {
@@ -68,6 +69,8 @@ func policyObject(ctx context.Context, reader client.Reader, key audit.PolicyKey
 		obj = &apiextensionsv1.CustomResourceDefinition{}
 	case audit.SourceVAP:
 		obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	case audit.SourceAuditPolicy:
+		obj = &auditv1alpha1.AuditPolicy{}
 	default:
 		return nil, nil
 	}

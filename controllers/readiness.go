@@ -66,6 +66,9 @@ type readiness struct {
 	mu          sync.Mutex
 	policies    map[audit.PolicyKey]policyReadiness // replaced whole, never modified
 	subscribers []func(changed []audit.PolicyKey)
+	// audited is when the summaries of the last complete audit were taken; zero before the first.
+	audited  time.Time
+	auditors []func()
 }
 
 // policyReadiness is what readiness keeps of one policy.
@@ -98,13 +101,22 @@ func (r *readiness) Changed() {
 	}
 }
 
-// Summary returns what the policy key decided at the last complete audit, and when that summary took its
-// value. complete is false when no complete audit has covered the policy: it is new and its first scan is
-// under way, the operator's first audit is, or it has no results (it covers no object, or it is gone); the
-// zero Summary is then returned.
+// Summary returns what the policy key decided at the last complete audit, and when that audit's summaries
+// were taken: a policy registered (or rescanned) before at is covered by it. complete is false before the
+// first complete audit. A policy without results at that audit (it covers no object, or it is gone) has the
+// zero Summary.
 func (r *readiness) Summary(key audit.PolicyKey) (s results.Summary, complete bool, at time.Time) {
-	p, ok := r.snapshot()[key]
-	return p.summary, ok, p.since
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.policies[key].summary, !r.audited.IsZero(), r.audited
+}
+
+// OnAudit registers f to be called after every recompute from a complete audit, whether or not a summary
+// changed: a policy waiting for its first complete audit may have none. Like OnChange's, f must not block.
+func (r *readiness) OnAudit(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.auditors = append(r.auditors, f)
 }
 
 // OnChange registers f to be called with the keys, sorted, of the policies whose summary changed, appeared or
@@ -150,6 +162,7 @@ func (r *readiness) Start(ctx context.Context) error {
 func (r *readiness) recompute(ctx context.Context) {
 	var sums map[audit.PolicyKey]results.Summary
 	complete := r.Settled()
+	taken := r.Clock.Now()
 	if complete {
 		sums = r.Results.Summaries()
 		// A rescan that began meanwhile may be half read: its settling wakes readiness again.
@@ -159,6 +172,11 @@ func (r *readiness) recompute(ctx context.Context) {
 	d := decideReadiness(r.policies, sums, complete, r.Clock.Now())
 	r.policies = d.next
 	subscribers := slices.Clone(r.subscribers)
+	var auditors []func()
+	if complete {
+		r.audited = taken
+		auditors = slices.Clone(r.auditors)
+	}
 	r.mu.Unlock()
 
 	for _, key := range d.events {
@@ -168,6 +186,9 @@ func (r *readiness) recompute(ctx context.Context) {
 		for _, f := range subscribers {
 			f(d.changed)
 		}
+	}
+	for _, f := range auditors {
+		f()
 	}
 }
 

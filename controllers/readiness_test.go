@@ -302,8 +302,9 @@ func TestReadinessLoop(t *testing.T) {
 	if got := events.list(); !reflect.DeepEqual(got, want) {
 		t.Errorf("Events:\n %q\nwant\n %q", got, want)
 	}
-	if got, complete, _ := r.Summary(audit.CRDKey("p")); complete || !got.Equal(results.Summary{}) {
-		t.Errorf("Summary of a policy without results = %+v, %v; want the zero Summary, false", got, complete)
+	if got, complete, at := r.Summary(audit.CRDKey("p")); !complete || !got.Equal(results.Summary{}) || !at.Equal(clock.Now()) {
+		t.Errorf("Summary of a policy without results = %+v, %v, %v; want the zero Summary of the last complete audit, true, %v",
+			got, complete, at, clock.Now())
 	}
 }
 
@@ -325,8 +326,35 @@ func TestReadinessRescanDuringSummaries(t *testing.T) {
 	store := startingRescan{sums: map[audit.PolicyKey]results.Summary{audit.VAPKey("p"): {Matched: 1, Pass: 1}}, settled: &settled}
 	events := &recordedEvents{}
 	r := newReadiness(store, func() bool { return settled }, nil, events, time.Second, logr.Discard())
+	audits := 0
+	r.OnAudit(func() { audits++ })
 	r.recompute(context.Background())
+	if audits != 0 {
+		t.Errorf("an incomplete audit told %d auditors", audits)
+	}
 	if _, complete, _ := r.Summary(audit.VAPKey("p")); complete || len(events.list()) != 0 {
 		t.Errorf("a summary computed while a rescan began was kept (complete %v) or told (%q)", complete, events.list())
+	}
+}
+
+// staticSummaries is a result store whose summaries never change.
+type staticSummaries map[audit.PolicyKey]results.Summary
+
+func (s staticSummaries) Summaries() map[audit.PolicyKey]results.Summary { return s }
+
+// Every complete audit is told, even when no summary changed: a policy waiting for its first complete audit
+// (one that covers no object, say) has no summary to change.
+func TestReadinessTellsEveryCompleteAudit(t *testing.T) {
+	r := newReadiness(staticSummaries{}, func() bool { return true }, nil, &recordedEvents{}, time.Second, logr.Discard())
+	audits, changes := 0, 0
+	r.OnAudit(func() { audits++ })
+	r.OnChange(func([]audit.PolicyKey) { changes++ })
+	r.recompute(context.Background())
+	r.recompute(context.Background())
+	if audits != 2 || changes != 0 {
+		t.Errorf("two complete audits without summaries: %d audits told, %d changes; want 2, 0", audits, changes)
+	}
+	if s, complete, _ := r.Summary(audit.AuditPolicyKey("empty")); !complete || !s.Equal(results.Summary{}) {
+		t.Errorf("Summary of a policy without results = %+v, %v; want the zero Summary, true", s, complete)
 	}
 }
