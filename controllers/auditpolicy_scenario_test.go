@@ -3,6 +3,8 @@ package controllers_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/controllers"
@@ -327,5 +330,18 @@ func TestAuditPolicyValidation(t *testing.T) {
 	}
 	if valid.Spec.Enforcement != v1alpha1.Audit {
 		t.Errorf("enforcement defaults to %q", valid.Spec.Enforcement)
+	}
+
+	// The sample users start from is accepted as written.
+	data, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "config", "samples", "auditpolicy.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sample := &v1alpha1.AuditPolicy{}
+	if err := yaml.UnmarshalStrict(data, sample); err != nil {
+		t.Fatalf("config/samples/auditpolicy.yaml: %v", err)
+	}
+	if err := env.Client.Create(ctx, sample, client.DryRunAll); err != nil {
+		t.Errorf("the API server rejects config/samples/auditpolicy.yaml: %v", err)
 	}
 }

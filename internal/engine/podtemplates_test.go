@@ -109,3 +109,69 @@ type oneNamespace struct{}
 func (oneNamespace) Get(name string) (*corev1.Namespace, error) {
 	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, nil
 }
+
+// TestCompileAuditPolicyExpandsPodTemplates checks that an AuditPolicy's spec.expandPodTemplates expands pod
+// templates as the annotation does on a policy, and that its results carry its name and the verdict of its
+// enforcement.
+func TestCompileAuditPolicyExpandsPodTemplates(t *testing.T) {
+	verbs := metav1.Verbs{"get", "list", "watch"}
+	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: verbs}}},
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: verbs}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	deployment := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "web", "namespace": "n", "uid": "u"},
+		"spec": map[string]any{"template": map[string]any{
+			"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx:latest"}}},
+		}},
+	}}
+	ap := func(expand bool, enforcement string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "audit.celaudit.io/v1alpha1", "kind": "AuditPolicy",
+			"metadata": map[string]any{"name": "no-latest"},
+			"spec": map[string]any{
+				"matchConstraints": map[string]any{"resourceRules": []any{map[string]any{
+					"apiGroups": []any{""}, "apiVersions": []any{"v1"}, "resources": []any{"pods"}, "operations": []any{"CREATE"},
+				}}},
+				"validations":        []any{map[string]any{"expression": "object.spec.containers.all(c, !c.image.endsWith(':latest'))", "message": "no latest"}},
+				"expandPodTemplates": expand,
+				"enforcement":        enforcement,
+			},
+		}}
+	}
+	for _, c := range []struct {
+		name        string
+		expand      bool
+		enforcement string
+		want        []audit.Verdict
+	}{
+		{"expanded, Deny", true, "Deny", []audit.Verdict{audit.Fail}},
+		{"expanded, Audit", true, "Audit", []audit.Verdict{audit.Warn}},
+		{"not expanded", false, "Deny", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			policies, err := Compiler{}.Compile([]*unstructured.Unstructured{ap(c.expand, c.enforcement)}, Views{Resources: resolver, Namespaces: oneNamespace{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(policies) != 1 || policies[0].Key() != audit.AuditPolicyKey("no-latest") {
+				t.Fatalf("compiled %d policies, key %v", len(policies), policies[0].Key())
+			}
+			var verdicts []audit.Verdict
+			for _, r := range NewSet(policies...).Evaluate(context.Background(), deployments, deployment) {
+				verdicts = append(verdicts, r.Verdict)
+				if r.Policy != "no-latest" || r.Message != "no latest" || r.Properties[audit.PropPodTemplate] != "true" {
+					t.Errorf("result %+v: want policy no-latest, message \"no latest\", podTemplate true", r)
+				}
+			}
+			if !equalVerdicts(verdicts, c.want) {
+				t.Errorf("verdicts on the Deployment = %v, want %v", verdicts, c.want)
+			}
+		})
+	}
+}
