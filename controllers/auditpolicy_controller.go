@@ -31,6 +31,9 @@ import (
 	"github.com/celaudit/celaudit/internal/views"
 )
 
+// conflictRetry is how soon an AuditPolicy whose status write conflicted with a change is reconciled again.
+const conflictRetry = 200 * time.Millisecond
+
 // policySummaries serves the per-policy summaries of the last complete audit.
 type policySummaries interface {
 	// Summary returns the policy's summary at the last complete audit, whether there was one, and when that
@@ -115,6 +118,12 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	o.summary, o.complete, o.at = r.Summaries.Summary(key)
 	o.complete = o.complete && r.auditedSince(ap.Name, o.at, len(o.problems) == 0)
 	if err := r.writeStatus(ctx, ap, o); err != nil {
+		if apierrors.IsConflict(err) {
+			// The AuditPolicy changed since it was read (its enforcement was just moved, say): start over
+			// from the new version, without reporting an error.
+			ctrl.LoggerFrom(ctx).V(1).Info("AuditPolicy changed while its status was written; reconciling again")
+			return ctrl.Result{RequeueAfter: conflictRetry}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	wait, err := r.promote(ctx, ap)
@@ -280,9 +289,10 @@ func (r *auditPolicyReconciler) writeStatus(ctx context.Context, ap *v1alpha1.Au
 	if equality.Semantic.DeepEqual(ap.Status, want) {
 		return nil
 	}
-	before := ap.DeepCopy()
+	// An update, not a merge patch: a patch would leave out the counts that stay 0, and the printer columns
+	// would show them blank. The resource version makes it fail rather than overwrite a newer status.
 	ap.Status = want
-	if err := r.Client.Status().Patch(ctx, ap, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+	if err := r.Client.Status().Update(ctx, ap); err != nil {
 		return fmt.Errorf("writing the status of AuditPolicy %s: %w", ap.Name, err)
 	}
 	return nil

@@ -17,12 +17,16 @@ import (
 	"time"
 
 	"go.uber.org/zap/zapcore"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/controllers"
 	"github.com/celaudit/celaudit/test/envtestutil"
@@ -39,6 +43,8 @@ var (
 	deployments []byte
 	//go:embed testdata/rollout-policy.yaml
 	rolloutPolicy []byte
+	//go:embed testdata/auditpolicy.yaml
+	auditPolicy []byte
 )
 
 func main() {
@@ -95,6 +101,8 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	step("Starting celaudit")
 	opts := controllers.DefaultOptions()
 	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
+	opts.ManageAdmissionPolicies = true
+	opts.ReadinessInterval = time.Second
 	op, err := controllers.NewOperator(env.Config, opts)
 	if err != nil {
 		return err
@@ -123,6 +131,38 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A", "-o",
 		`jsonpath={range .items[*]}{range .results[?(@.policy=="deployment-best-practices")]}{.result}{"\t"}{.resources[0].namespace}/{.resources[0].name}{"\t"}{.message}{"\n"}{end}{end}`)
 
+	step("Dry-run tightening: an AuditPolicy in Audit judges the Deployments' pod templates as the Pods they would create")
+	if err := applyYAML(ctx, c, auditPolicy); err != nil {
+		return err
+	}
+	if err := waitForAuditPolicy(ctx, c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
+		return ap.Status.LastAuditTime != nil
+	}); err != nil {
+		return err
+	}
+	show(ctx, kubectl, kubeconfig, "get", "auditpolicies")
+	show(ctx, kubectl, kubeconfig, "get", "auditpolicy", "pod-memory-limits", "-o",
+		`jsonpath={range .status.conditions[*]}{.type}={.status}: {.message}{"\n"}{end}`)
+
+	step("Switching it to Deny: celaudit registers the ValidatingAdmissionPolicy, and the API server enforces it")
+	show(ctx, kubectl, kubeconfig, "patch", "auditpolicy", "pod-memory-limits", "--type=merge", "-p", `{"spec":{"enforcement":"Deny"}}`)
+	if err := waitForAuditPolicy(ctx, c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
+		return meta.IsStatusConditionTrue(ap.Status.Conditions, auditv1alpha1.ConditionEnforced)
+	}); err != nil {
+		return err
+	}
+	show(ctx, kubectl, kubeconfig, "get", "validatingadmissionpolicies,validatingadmissionpolicybindings", "-l", "audit.celaudit.io/auditpolicy=pod-memory-limits")
+	// The API server loads a new policy within a second or so.
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "team-a"},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "nginx"}}}}
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll); err != nil {
+			break
+		}
+	}
+	fmt.Println("$ kubectl run probe --image=nginx -n team-a --dry-run=server")
+	show(ctx, kubectl, kubeconfig, "run", "probe", "--image=nginx", "-n", "team-a", "--dry-run=server")
+
 	step("The control plane keeps running")
 	fmt.Printf("Explore it with:\n  export KUBECONFIG=%s\n  %s get policyreports -A\n", kubeconfig, kubectl)
 	fmt.Println("Press Ctrl-C to stop and clean up.")
@@ -138,6 +178,26 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 }
 
 func step(s string) { fmt.Printf("\n==> %s\n", s) }
+
+// waitForAuditPolicy waits until the AuditPolicy named name satisfies done.
+func waitForAuditPolicy(ctx context.Context, c client.Client, name string, done func(*auditv1alpha1.AuditPolicy) bool) error {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) {
+		ap := &auditv1alpha1.AuditPolicy{}
+		if err := c.Get(ctx, client.ObjectKey{Name: name}, ap); err != nil {
+			return fmt.Errorf("reading AuditPolicy %s: %w", name, err)
+		}
+		if done(ap) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("AuditPolicy %s did not reach the expected state within a minute", name)
+}
 
 func applyYAML(ctx context.Context, c client.Client, docs ...[]byte) error {
 	for _, d := range docs {
