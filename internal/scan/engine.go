@@ -96,10 +96,14 @@ type Engine struct {
 	released chan struct{} // closed by Release: watchers start reading
 	release  sync.Once
 
-	mu       sync.Mutex
-	ctx      context.Context
+	mu  sync.Mutex
+	ctx context.Context
+	// live orders result writes with policy changes: changes of policies take it (after mu) to write, result
+	// writes to read, so that a result computed by a policy that was replaced or removed meanwhile is dropped
+	// rather than stored after its policy's results were deleted.
+	live     sync.RWMutex
 	policies map[audit.PolicyKey]audit.Policy
-	byGVR    map[schema.GroupVersionResource][]audit.Policy // sorted by key; replaced, never modified
+	byGVR    map[schema.GroupVersionResource][]audit.Policy // sorted by key; replaced, never modified; written under live too
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
 }
@@ -156,6 +160,8 @@ func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	key := p.Key()
+	e.live.Lock()
+	defer e.live.Unlock()
 	old := e.policies[key]
 	e.policies[key] = p
 	want := map[schema.GroupVersionResource]bool{}
@@ -195,6 +201,8 @@ func (e *Engine) RemovePolicy(key audit.PolicyKey) {
 	if p == nil {
 		return
 	}
+	e.live.Lock()
+	defer e.live.Unlock()
 	delete(e.policies, key)
 	e.sink.DeletePolicy(key, schema.GroupVersionResource{})
 	for _, gvr := range p.Resources() {
@@ -341,9 +349,29 @@ func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
 func (e *Engine) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
 	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
 	o := engine.NewObject(gvr, obj)
-	for _, p := range policies {
-		e.sink.Set(p.Key(), key, obj.GetNamespace(), o.Evaluate(ctx, p))
+	res := make([][]audit.Result, len(policies))
+	for i, p := range policies {
+		res[i] = o.Evaluate(ctx, p)
 	}
+	e.live.RLock()
+	defer e.live.RUnlock()
+	for i, p := range policies {
+		if e.covers(p.Key(), gvr) {
+			e.sink.Set(p.Key(), key, obj.GetNamespace(), res[i])
+		}
+	}
+}
+
+// covers reports whether the policy registered under key covers gvr. A policy replaced by one that covers
+// gvr too keeps its results (a rescan, when one is due, overwrites them); a removed policy, or one that no
+// longer covers gvr, has had its results deleted and must not get them back. The caller holds live.
+func (e *Engine) covers(key audit.PolicyKey, gvr schema.GroupVersionResource) bool {
+	for _, p := range e.byGVR[gvr] {
+		if p.Key() == key {
+			return true
+		}
+	}
+	return false
 }
 
 // policySet is a set of policy keys.

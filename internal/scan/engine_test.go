@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -290,4 +291,45 @@ func TestEngineReportsUnreadableResource(t *testing.T) {
 
 func keyOf(ns, name string) types.NamespacedName {
 	return types.NamespacedName{Namespace: ns, Name: name}
+}
+
+// heldPolicy passes every object, but its first evaluation waits until released: a policy change can be
+// made while it is under way.
+type heldPolicy struct {
+	keyPolicy
+	started chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (p *heldPolicy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	first := false
+	p.once.Do(func() { first = true })
+	if first {
+		close(p.started)
+		<-p.release
+	}
+	return p.keyPolicy.Evaluate(ctx, gvr, obj)
+}
+
+// A policy removed while one of its evaluations is under way gets no results from it: its results were
+// deleted with it, and the evaluation finishing later must not bring them back.
+func TestEngineDropsResultsOfRemovedPolicy(t *testing.T) {
+	createNamespace(t, "removed")
+	createConfigMap(t, "removed", "cm", map[string]string{"x": "true"})
+	engine, store := startEngine(t, env.Config, scan.Options{})
+	held := &heldPolicy{keyPolicy: keyPolicy{name: "held", key: "x"}, started: make(chan struct{}), release: make(chan struct{})}
+	engine.SetPolicy(held)
+	select {
+	case <-held.started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the policy was never evaluated")
+	}
+	engine.RemovePolicy(held.Key())
+	close(held.release)
+	// The evaluation has finished once the engine is synced; a second policy proves results still flow.
+	other := &keyPolicy{name: "other", key: "x"}
+	engine.SetPolicy(other)
+	waitSynced(t, engine)
+	expect(t, store, "removed", "other cm=fail")
 }

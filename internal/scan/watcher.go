@@ -507,7 +507,11 @@ func (w *watcher) setReadError(err error) {
 				},
 			}}
 		}
-		w.engine.sink.Set(p.Key(), key, "", res)
+		w.engine.live.RLock()
+		if w.engine.covers(p.Key(), w.gvr) {
+			w.engine.sink.Set(p.Key(), key, "", res)
+		}
+		w.engine.live.RUnlock()
 	}
 	log := w.engine.log.WithValues("resource", w.gvr.String(), "policies", policyStrings(keys))
 	if err != nil {
