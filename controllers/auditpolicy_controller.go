@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -67,8 +68,9 @@ type auditPolicyReconciler struct {
 	queue  atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 	rebind chan struct{}
 	mu     sync.Mutex
-	// warned records the generation whose compile problems were reported with an Event, per AuditPolicy.
-	warned map[types.UID]int64
+	// warned records, per AuditPolicy, the object and generation whose compile problems were reported with
+	// an Event.
+	warned map[string]warnedGeneration
 	// registered is when each AuditPolicy was last registered or rescanned: only audits that complete after
 	// it describe it.
 	registered map[string]time.Time
@@ -98,25 +100,10 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	if !ap.DeletionTimestamp.IsZero() {
 		return ctrl.Result{}, r.remove(ctx, ap.Name)
 	}
-	pair := auditpolicy.ToAdmission(ap)
-	before := r.Policies.lookup(key)
-	result, compiled, err := r.Policies.register(ctx, key, pair.Policy, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{*pair.Binding}, true)
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("registering AuditPolicy %s: %w", ap.Name, err)
-	}
-	if r.Policies.lookup(key) != before {
-		// Registered, bound again or rescanned: the scan is no longer synced, and results taken before now
-		// do not describe this generation.
-		r.markRegistered(ap.Name, r.Clock.Now())
-	}
-	o := auditPolicyObservation{problems: compiled.Problems()}
-	r.warnCompileProblems(ap, o.problems)
-	o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0)
+	result, o, err := r.audit(ctx, ap)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	o.summary, o.complete, o.at = r.Summaries.Summary(key)
-	o.complete = o.complete && r.auditedSince(ap.Name, o.at, len(o.problems) == 0)
 	if err := r.writeStatus(ctx, ap, o); err != nil {
 		if apierrors.IsConflict(err) {
 			// The AuditPolicy changed since it was read (its enforcement was just moved, say): start over
@@ -136,6 +123,31 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return result, nil
 }
 
+// audit registers ap with the scan engine and, for Warn and Deny, with the API server, and gathers what its
+// status is made of.
+func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPolicy) (ctrl.Result, auditPolicyObservation, error) {
+	key := audit.AuditPolicyKey(ap.Name)
+	pair := auditpolicy.ToAdmission(ap)
+	before := r.Policies.lookup(key)
+	result, compiled, err := r.Policies.register(ctx, key, pair.Policy, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{*pair.Binding}, true)
+	if err != nil {
+		return result, auditPolicyObservation{}, fmt.Errorf("registering AuditPolicy %s: %w", ap.Name, err)
+	}
+	if r.Policies.lookup(key) != before {
+		// Registered, bound again or rescanned: the scan is no longer synced, and results taken before now
+		// do not describe this generation.
+		r.markRegistered(ap.Name, r.Clock.Now())
+	}
+	o := auditPolicyObservation{problems: compiled.Problems()}
+	r.warnCompileProblems(ap, o.problems)
+	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0); err != nil {
+		return result, o, err
+	}
+	o.summary, o.complete, o.at = r.Summaries.Summary(key)
+	o.complete = o.complete && r.auditedSince(ap.Name, o.at, len(o.problems) == 0)
+	return result, o, nil
+}
+
 // remove stops auditing the AuditPolicy and deletes what was registered for it. The garbage collector would
 // delete the pair too (it is owned by the AuditPolicy); celaudit does not wait for it, so no request is
 // judged by a policy that is gone.
@@ -143,6 +155,7 @@ func (r *auditPolicyReconciler) remove(ctx context.Context, name string) error {
 	r.mu.Lock()
 	delete(r.registered, name)
 	delete(r.pending, name)
+	delete(r.warned, name)
 	r.mu.Unlock()
 	if err := r.Policies.remove(ctx, audit.AuditPolicyKey(name)); err != nil {
 		return err
@@ -262,25 +275,21 @@ func (r *auditPolicyReconciler) warnCompileProblems(ap *v1alpha1.AuditPolicy, pr
 		return
 	}
 	r.mu.Lock()
-	seen := r.warned[ap.UID] == ap.Generation
-	r.warned[ap.UID] = ap.Generation
+	at := warnedGeneration{uid: ap.UID, generation: ap.Generation}
+	seen := r.warned[ap.Name] == at
+	r.warned[ap.Name] = at
 	r.mu.Unlock()
 	if seen {
 		return
 	}
 	r.Events.Eventf(ap, nil, corev1.EventTypeWarning, ReasonCompileFailed, "Compile",
-		"%s", truncateMessage(fmt.Sprintf("The policy does not compile and is not audited: %s", joinProblems(problems))))
+		"%s", truncateMessage(fmt.Sprintf("The policy does not compile and is not audited: %s", strings.Join(problems, "; "))))
 }
 
-func joinProblems(problems []string) string {
-	out := ""
-	for i, p := range problems {
-		if i > 0 {
-			out += "; "
-		}
-		out += p
-	}
-	return out
+// warnedGeneration identifies one generation of one AuditPolicy object.
+type warnedGeneration struct {
+	uid        types.UID
+	generation int64
 }
 
 // writeStatus writes ap's status when it changed.
@@ -420,7 +429,7 @@ func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(
 		r.Clock = clock.RealClock{}
 	}
 	r.rebind = make(chan struct{}, 1)
-	r.warned = map[types.UID]int64{}
+	r.warned = map[string]warnedGeneration{}
 	r.registered = map[string]time.Time{}
 	r.pending = map[string]bool{}
 	r.Discovery.OnChange(r.discoveryChanged)
