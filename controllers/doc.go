@@ -4,6 +4,9 @@
 //   - crdReconciler compiles each audited CustomResourceDefinition's validation into a policy;
 //   - vapReconciler compiles each ValidatingAdmissionPolicy once and binds it to its bindings, the served
 //     resources and its params;
+//   - auditPolicyReconciler audits each AuditPolicy as the ValidatingAdmissionPolicy and binding it stands
+//     for (registered through the vapReconciler under the AuditPolicy's key), registers that pair with the
+//     API server in Warn and Deny, writes the AuditPolicy's status from readiness and promotes it;
 //   - namespaceReconciler rescans, within one namespace, the policies a namespace's labels matter to;
 //   - ReportReconciler writes each namespace's PolicyReports (and the ClusterPolicyReports) from the
 //     current results, only when they changed.
