@@ -281,12 +281,15 @@ func TestAuditPolicyPromotion(t *testing.T) {
 		}
 		return nil
 	})
-	safe := condition(promoted, v1alpha1.ConditionSafeToEnforce)
-	if safe.Status != metav1.ConditionTrue {
-		t.Fatalf("promoted while SafeToEnforce = %+v", safe)
-	}
-	expectEvent(t, "app-clean", corev1.EventTypeNormal, controllers.ReasonPromoted, "from Audit to Warn")
+	expectEvent(t, "app-clean", corev1.EventTypeNormal, controllers.ReasonPromoted, "from Audit to Warn: SafeToEnforce held for 3s")
 	expectRegistered(t, "app-clean", true)
+	// The promoted generation is judged by its own audit, as Warn now.
+	expectAuditPolicy(t, "app-clean", func(ap *v1alpha1.AuditPolicy) error {
+		if ap.Generation != promoted.Generation {
+			return fmt.Errorf("generation %d changed again after the promotion (%d)", ap.Generation, promoted.Generation)
+		}
+		return statusIs(1, 1, 0, 0, 0, metav1.ConditionTrue)(ap)
+	})
 
 	ap := &v1alpha1.AuditPolicy{}
 	if err := env.Client.Get(context.Background(), client.ObjectKey{Name: "app-dirty"}, ap); err != nil {
