@@ -54,6 +54,9 @@ type auditPolicyReconciler struct {
 	Policies  *vapReconciler
 	Summaries policySummaries
 	Events    EventRecorder
+	// Warnings records the Warning Events of AuditPolicies that cannot be audited as written, once per
+	// generation, as it does for policies and CRDs.
+	Warnings *warnings
 	// Manage allows registering ValidatingAdmissionPolicies and bindings with the API server for Warn and
 	// Deny (--manage-admission-policies). Without it the policy is audited as if enforced, and its Enforced
 	// condition says that nothing is registered.
@@ -68,9 +71,6 @@ type auditPolicyReconciler struct {
 	queue  atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 	rebind chan struct{}
 	mu     sync.Mutex
-	// warned records, per AuditPolicy, the object and generation whose compile problems were reported with
-	// an Event.
-	warned map[string]warnedGeneration
 	// registered is when each AuditPolicy was last registered or rescanned: only audits that complete after
 	// it describe it.
 	registered map[string]time.Time
@@ -139,7 +139,7 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		r.markRegistered(ap.Name, r.Clock.Now())
 	}
 	o := auditPolicyObservation{problems: compiled.Problems()}
-	r.warnCompileProblems(ap, o.problems)
+	r.warn(ap, key, o.problems)
 	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0); err != nil {
 		return result, o, err
 	}
@@ -155,7 +155,7 @@ func (r *auditPolicyReconciler) remove(ctx context.Context, name string) error {
 	r.mu.Lock()
 	delete(r.registered, name)
 	delete(r.pending, name)
-	delete(r.warned, name)
+	r.Warnings.forget(kindAuditPolicy, name)
 	r.mu.Unlock()
 	if err := r.Policies.remove(ctx, audit.AuditPolicyKey(name)); err != nil {
 		return err
@@ -269,27 +269,21 @@ func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name strin
 	return nil
 }
 
-// warnCompileProblems records a Warning Event once per generation that does not compile.
-func (r *auditPolicyReconciler) warnCompileProblems(ap *v1alpha1.AuditPolicy, problems []string) {
-	if len(problems) == 0 {
+// warn records the Warning Events of an AuditPolicy that does not compile, or whose paramRef finds no param.
+func (r *auditPolicyReconciler) warn(ap *v1alpha1.AuditPolicy, key audit.PolicyKey, problems []string) {
+	if len(problems) > 0 {
+		r.Warnings.warn(ap, kindAuditPolicy, "", ReasonCompileFailed, "Compile",
+			"The policy does not compile, so it is not audited: "+strings.Join(problems, "; "))
 		return
 	}
-	r.mu.Lock()
-	at := warnedGeneration{uid: ap.UID, generation: ap.Generation}
-	seen := r.warned[ap.Name] == at
-	r.warned[ap.Name] = at
-	r.mu.Unlock()
-	if seen {
+	st := r.Policies.lookup(key)
+	if st == nil || st.rejected {
 		return
 	}
-	r.Events.Eventf(ap, nil, corev1.EventTypeWarning, ReasonCompileFailed, "Compile",
-		"%s", truncateMessage(fmt.Sprintf("The policy does not compile and is not audited: %s", strings.Join(problems, "; "))))
-}
-
-// warnedGeneration identifies one generation of one AuditPolicy object.
-type warnedGeneration struct {
-	uid        types.UID
-	generation int64
+	binding := auditpolicy.ToAdmission(ap).Binding
+	if reason, note := paramProblem(binding, paramKind(st.paramKinds), st.resolver, r.Policies.Params); reason != "" {
+		r.Warnings.warn(ap, kindAuditPolicy, "", reason, "Bind", note)
+	}
 }
 
 // writeStatus writes ap's status when it changed.
@@ -422,14 +416,13 @@ func (r *auditPolicyReconciler) listAtStartup(ctx context.Context) error {
 // AuditPolicies (not to its own status writes), to changes of the pairs it registered, to discovery changes
 // and to changes of their summaries.
 func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Events == nil || r.Startup == nil || r.Discovery == nil {
-		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Events, Startup and Discovery")
+	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Events == nil || r.Warnings == nil || r.Startup == nil || r.Discovery == nil {
+		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Events, Warnings, Startup and Discovery")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
 	r.rebind = make(chan struct{}, 1)
-	r.warned = map[string]warnedGeneration{}
 	r.registered = map[string]time.Time{}
 	r.pending = map[string]bool{}
 	r.Discovery.OnChange(r.discoveryChanged)

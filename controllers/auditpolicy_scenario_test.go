@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -347,4 +348,27 @@ func TestAuditPolicyValidation(t *testing.T) {
 	if err := env.Client.Create(ctx, sample, client.DryRunAll); err != nil {
 		t.Errorf("the API server rejects config/samples/auditpolicy.yaml: %v", err)
 	}
+}
+
+func TestAuditPolicyMissingParams(t *testing.T) {
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "apm-a", Labels: map[string]string{"apm": "yes"}}},
+		configMap("apm-a", "big", map[string]string{"a": "1", "b": "2", "c": "3"}))
+	deleteAuditPolicyAfter(t, "apm-size")
+	_, _ = envtestutil.StartOperator(t, env.Config, auditPolicyOptions())
+
+	ap := ownerAuditPolicy("apm-size", "apm", "too many keys")
+	ap.Spec.Validations[0].Expression = "!has(object.data) || size(object.data) <= int(params.data.max)"
+	ap.Spec.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+	ap.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: "apm-limits", Namespace: "apm-a",
+		ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)}
+	create(t, ap)
+
+	// The param is missing: a Warning Event on the AuditPolicy, where users look, and error results.
+	expectEvent(t, "apm-size", corev1.EventTypeWarning, controllers.ReasonParamsNotFound, "no v1 ConfigMap named apm-limits exists in namespace apm-a")
+	expectAuditPolicy(t, "apm-size", statusIs(1, 0, 0, 0, 1, metav1.ConditionFalse))
+
+	// The param appears: the policy judges the objects, the param among them.
+	create(t, configMap("apm-a", "apm-limits", map[string]string{"max": "2"}))
+	expectAuditPolicy(t, "apm-size", statusIs(2, 1, 0, 1, 0, metav1.ConditionFalse))
+	expectReportContains(t, "apm-a", "warn big: too many keys")
 }

@@ -107,7 +107,7 @@ func safeToEnforceCondition(s results.Summary) metav1.Condition {
 			Message: fmt.Sprintf("no fail, warn or error result among the %d matched objects", s.Matched)}
 	}
 	return metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionFalse, Reason: ReasonViolations,
-		Message: fmt.Sprintf("%d of %d matched objects violate the policy or cannot be judged (%d fail, %d warn, %d error results)",
+		Message: fmt.Sprintf("%d of %d matched objects violate the policy; %d fail, %d warn and %d error results",
 			s.Violating, s.Matched, s.Fail, s.Warn, s.Error)}
 }
 

@@ -272,6 +272,7 @@ func (w *wiring) setupAuditPolicies() error {
 		Policies:  w.vaps,
 		Summaries: w.readiness,
 		Events:    w.events,
+		Warnings:  w.warnings,
 		Manage:    w.opts.ManageAdmissionPolicies,
 		Startup:   w.startup,
 		Discovery: w.discovery,

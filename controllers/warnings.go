@@ -33,9 +33,10 @@ const (
 
 // Kinds of the objects Warning Events are recorded on, as their state is kept.
 const (
-	kindCRD     = "CustomResourceDefinition"
-	kindVAP     = "ValidatingAdmissionPolicy"
-	kindBinding = "ValidatingAdmissionPolicyBinding"
+	kindCRD         = "CustomResourceDefinition"
+	kindVAP         = "ValidatingAdmissionPolicy"
+	kindBinding     = "ValidatingAdmissionPolicyBinding"
+	kindAuditPolicy = "AuditPolicy"
 )
 
 // maxNoteBytes is the API server's limit on an Event's note.
