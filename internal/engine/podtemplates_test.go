@@ -17,14 +17,7 @@ import (
 // from objects as every front end compiles it, covers workloads and reports their templates' results on
 // them; without the annotation it covers Pods alone.
 func TestCompileExpandsPodTemplates(t *testing.T) {
-	verbs := metav1.Verbs{"get", "list", "watch"}
-	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{
-		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: verbs}}},
-		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: verbs}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resolver := podsAndDeployments(t)
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
 	policy := func(annotations map[string]any) *unstructured.Unstructured {
@@ -39,13 +32,7 @@ func TestCompileExpandsPodTemplates(t *testing.T) {
 			},
 		}}
 	}
-	deployment := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": "web", "namespace": "n", "uid": "u"},
-		"spec": map[string]any{"template": map[string]any{
-			"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx:latest"}}},
-		}},
-	}}
+	deployment := latestDeployment()
 
 	for _, c := range []struct {
 		name        string
@@ -114,22 +101,9 @@ func (oneNamespace) Get(name string) (*corev1.Namespace, error) {
 // templates as the annotation does on a policy, and that its results carry its name and the verdict of its
 // enforcement.
 func TestCompileAuditPolicyExpandsPodTemplates(t *testing.T) {
-	verbs := metav1.Verbs{"get", "list", "watch"}
-	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{
-		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: verbs}}},
-		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: verbs}}},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	resolver := podsAndDeployments(t)
 	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
-	deployment := &unstructured.Unstructured{Object: map[string]any{
-		"apiVersion": "apps/v1", "kind": "Deployment",
-		"metadata": map[string]any{"name": "web", "namespace": "n", "uid": "u"},
-		"spec": map[string]any{"template": map[string]any{
-			"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx:latest"}}},
-		}},
-	}}
+	deployment := latestDeployment()
 	ap := func(expand bool, enforcement string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "audit.celaudit.io/v1alpha1", "kind": "AuditPolicy",
@@ -174,4 +148,29 @@ func TestCompileAuditPolicyExpandsPodTemplates(t *testing.T) {
 			}
 		})
 	}
+}
+
+// podsAndDeployments serves pods and deployments.
+func podsAndDeployments(t *testing.T) *vap.StaticResolver {
+	t.Helper()
+	verbs := metav1.Verbs{"get", "list", "watch"}
+	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "pods", Kind: "Pod", Namespaced: true, Verbs: verbs}}},
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: verbs}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resolver
+}
+
+// latestDeployment is a Deployment whose pod template runs an image tagged latest.
+func latestDeployment() *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apps/v1", "kind": "Deployment",
+		"metadata": map[string]any{"name": "web", "namespace": "n", "uid": "u"},
+		"spec": map[string]any{"template": map[string]any{
+			"spec": map[string]any{"containers": []any{map[string]any{"name": "c", "image": "nginx:latest"}}},
+		}},
+	}}
 }
