@@ -54,6 +54,9 @@ type auditPolicyReconciler struct {
 	Policies  *vapReconciler
 	Summaries policySummaries
 	Events    EventRecorder
+	// Recheck asks for the summaries to be taken again: after a registration, an audit must complete after it
+	// even when no result changes (a policy that matches nothing), or the status would wait forever.
+	Recheck func()
 	// Warnings records the Warning Events of AuditPolicies that cannot be audited as written, once per
 	// generation, as it does for policies and CRDs.
 	Warnings *warnings
@@ -137,6 +140,7 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		// Registered, bound again or rescanned: the scan is no longer synced, and results taken before now
 		// do not describe this generation.
 		r.markRegistered(ap.Name, r.Clock.Now())
+		r.Recheck()
 	}
 	o := auditPolicyObservation{problems: compiled.Problems()}
 	r.warn(ap, key, o.problems)
@@ -144,7 +148,7 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		return result, o, err
 	}
 	o.summary, o.complete, o.at = r.Summaries.Summary(key)
-	o.complete = o.complete && r.auditedSince(ap.Name, o.at, len(o.problems) == 0)
+	o.complete = r.auditedSince(ap.Name, o.complete, o.at, len(o.problems) == 0)
 	return result, o, nil
 }
 
@@ -340,12 +344,12 @@ func (r *auditPolicyReconciler) markRegistered(name string, at time.Time) {
 	r.registered[name] = at
 }
 
-// auditedSince reports whether an audit that completed at at describes the AuditPolicy as last registered;
-// when it does not, and the policy is audited at all, its status waits for the next complete audit.
-func (r *auditPolicyReconciler) auditedSince(name string, at time.Time, audited bool) bool {
+// auditedSince reports whether the last complete audit (if done, taken at at) describes the AuditPolicy as
+// last registered; when it does not, and the policy is audited at all, its status waits for the next one.
+func (r *auditPolicyReconciler) auditedSince(name string, done bool, at time.Time, audited bool) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	complete := !at.Before(r.registered[name])
+	complete := done && !at.Before(r.registered[name])
 	if !complete && audited {
 		r.pending[name] = true
 	} else {
@@ -416,8 +420,8 @@ func (r *auditPolicyReconciler) listAtStartup(ctx context.Context) error {
 // AuditPolicies (not to its own status writes), to changes of the pairs it registered, to discovery changes
 // and to changes of their summaries.
 func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Events == nil || r.Warnings == nil || r.Startup == nil || r.Discovery == nil {
-		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Events, Warnings, Startup and Discovery")
+	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Recheck == nil || r.Events == nil || r.Warnings == nil || r.Startup == nil || r.Discovery == nil {
+		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Recheck, Events, Warnings, Startup and Discovery")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -372,3 +372,13 @@ func TestAuditPolicyMissingParams(t *testing.T) {
 	expectAuditPolicy(t, "apm-size", statusIs(2, 1, 0, 1, 0, metav1.ConditionFalse))
 	expectReportContains(t, "apm-a", "warn big: too many keys")
 }
+
+// An AuditPolicy that matches no object is judged too: safe to enforce, nothing matched. Nothing changes in
+// the results, so only its own registration can bring the audit that decides it.
+func TestAuditPolicyMatchingNothing(t *testing.T) {
+	deleteAuditPolicyAfter(t, "apn-none")
+	op, _ := envtestutil.StartOperator(t, env.Config, auditPolicyOptions())
+	envtestutil.WaitSettled(t, op)
+	create(t, ownerAuditPolicy("apn-none", "apn-no-such-label", "owner required"))
+	expectAuditPolicy(t, "apn-none", statusIs(0, 0, 0, 0, 0, metav1.ConditionTrue))
+}

@@ -271,6 +271,7 @@ func (w *wiring) setupAuditPolicies() error {
 		Client:    w.mgr.GetClient(),
 		Policies:  w.vaps,
 		Summaries: w.readiness,
+		Recheck:   w.readiness.Changed,
 		Events:    w.events,
 		Warnings:  w.warnings,
 		Manage:    w.opts.ManageAdmissionPolicies,
