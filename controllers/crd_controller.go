@@ -36,6 +36,8 @@ type crdReconciler struct {
 	Clock   clock.PassiveClock
 	// Changed, when set, is called on every CRD event: the served resources may have changed.
 	Changed func()
+	// Warnings records the Warning Events of CRDs whose rules do not compile.
+	Warnings *warnings
 
 	mu       sync.Mutex
 	compiled map[string]compiledCRD
@@ -87,6 +89,9 @@ func (r *crdReconciler) reconcile(ctx context.Context, crd *apiextensionsv1.Cust
 	case !ok || !have.sameSource(want):
 		ctrl.LoggerFrom(ctx).V(1).Info("Compiling CRD validation", "generation", crd.Generation)
 		p := r.Compile(crd)
+		if c, ok := p.(compileProblems); ok {
+			r.Warnings.compileFailed(crd, kindCRD, c.Problems())
+		}
 		r.store(crd.Name, want)
 		r.Registry.SetPolicy(p)
 		have = want
@@ -118,6 +123,7 @@ func (r *crdReconciler) remove(name string) {
 	r.mu.Lock()
 	delete(r.compiled, name)
 	r.mu.Unlock()
+	r.Warnings.forget(kindCRD, name)
 	r.Registry.RemovePolicy(audit.CRDKey(name))
 }
 
@@ -137,8 +143,8 @@ func (r *crdReconciler) listAtStartup(ctx context.Context) error {
 
 // SetupWithManager registers the reconciler and its start-up listing with mgr.
 func (r *crdReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Registry == nil || r.Compile == nil || r.Startup == nil {
-		return fmt.Errorf("crdReconciler needs Client, Registry, Compile and Startup")
+	if r.Client == nil || r.Registry == nil || r.Compile == nil || r.Startup == nil || r.Warnings == nil {
+		return fmt.Errorf("crdReconciler needs Client, Registry, Compile, Startup and Warnings")
 	}
 	if r.Audited == nil {
 		r.Audited = func(*apiextensionsv1.CustomResourceDefinition) bool { return true }

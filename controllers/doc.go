@@ -8,6 +8,10 @@
 //   - ReportReconciler writes each namespace's PolicyReports (and the ClusterPolicyReports) from the
 //     current results, only when they changed.
 //
+// Beside them, readiness keeps each policy's summary at the last complete audit, for the per-policy metrics
+// and the SafeToEnforce Events (readiness.go), and warnings records the Warning Events of policies, CRDs and
+// bindings that cannot be audited as written (warnings.go).
+//
 // The reconcilers gather inputs from the manager's cache and hand them to the pure packages under
 // internal/: compilation and evaluation in internal/engine (the path every front end shares), the
 // cluster views policies read in internal/views, reading and evaluating audited objects in internal/scan,

@@ -10,8 +10,10 @@ import (
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
@@ -26,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
@@ -42,6 +45,7 @@ func Scheme() *k8sruntime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(v1alpha2.AddToScheme(s))
+	utilruntime.Must(auditv1alpha1.AddToScheme(s))
 	return s
 }
 
@@ -53,26 +57,30 @@ type Operator struct {
 	Settled func() bool
 	// Results holds the current results.
 	Results *results.Store
+
+	readiness *readiness
 }
 
 // NewOperator wires celaudit: the manager, the result store, the scan engine and every reconciler.
 func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg)}
 	for _, step := range []func() error{
-		w.newManager,      // the manager and its cache: policies, params, namespaces and celaudit's own reports
-		w.newStore,        // the current results, and what tells the report reconciler which namespaces changed
-		w.newScan,         // discovery, and the engine that reads audited resources and evaluates their objects
-		w.setupCRDs,       // one compiled policy per audited CRD
-		w.setupVAPs,       // one bound policy per ValidatingAdmissionPolicy, its params and bindings
-		w.setupNamespaces, // rescans within a namespace whose labels changed
-		w.setupReports,    // the PolicyReports, written when the results change
-		w.addChecks,       // health, and readiness once the first audit is done
+		w.newManager,         // the manager and its cache: policies, params, namespaces and celaudit's own reports
+		w.newStore,           // the current results, and what tells the report reconciler which namespaces changed
+		w.newScan,            // discovery, and the engine that reads audited resources and evaluates their objects
+		w.setupCRDs,          // one compiled policy per audited CRD
+		w.setupVAPs,          // one bound policy per ValidatingAdmissionPolicy, its params and bindings
+		w.setupAuditPolicies, // one bound policy per AuditPolicy, and its admission policy in Warn and Deny
+		w.setupNamespaces,    // rescans within a namespace whose labels changed
+		w.setupReports,       // the PolicyReports, written when the results change
+		w.setupReadiness,     // each policy's summary at the last complete audit: metrics and readiness Events
+		w.addChecks,          // health, and readiness once the first audit is done
 	} {
 		if err := step(); err != nil {
 			return nil, err
 		}
 	}
-	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store}, nil
+	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store, readiness: w.readiness}, nil
 }
 
 // wiring holds the parts of an operator while NewOperator connects them.
@@ -87,12 +95,16 @@ type wiring struct {
 
 	store     *results.Store
 	notifier  *Notifier
+	readiness *readiness
+	warnings  *warnings
 	discovery *views.Discovery
 	refresher *views.Refresher
 	scan      *scan.Engine
 	startup   *startupGate
 	vaps      *vapReconciler
 	audited   atomic.Bool // the first audit is done
+	// auditPolicies says whether the AuditPolicy CRD is installed.
+	auditPolicies bool
 }
 
 func (w *wiring) newManager() error {
@@ -130,12 +142,26 @@ func (w *wiring) newManager() error {
 		return fmt.Errorf("creating manager: %w", err)
 	}
 	w.events = w.mgr.GetEventRecorder("celaudit")
+	w.warnings = &warnings{Recorder: w.events}
+	if w.auditPolicies, err = served(w.mgr.GetRESTMapper(), auditv1alpha1.GroupVersion.WithKind("AuditPolicy")); err != nil {
+		return err
+	}
+	if !w.auditPolicies {
+		w.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
+	}
 	return nil
 }
 
 func (w *wiring) newStore() error {
 	w.notifier = NewNotifier()
-	w.store = results.NewStore(w.notifier.Notify, results.KeepPasses(slices.Contains(w.verdicts, audit.Pass)))
+	w.readiness = newReadiness(nil, w.settled, w.mgr.GetClient(), w.events, w.opts.ReadinessInterval, w.log.WithName("readiness"))
+	// The report reconciler and readiness both follow the results.
+	changed := func(namespace string) {
+		w.notifier.Notify(namespace)
+		w.readiness.Changed()
+	}
+	w.store = results.NewStore(changed, results.KeepPasses(slices.Contains(w.verdicts, audit.Pass)))
+	w.readiness.Results = w.store
 	return nil
 }
 
@@ -160,17 +186,26 @@ func (w *wiring) newScan() error {
 		Backoff:     w.opts.ReadBackoff,
 		Namespaced:  w.discovery.Namespaced,
 		OnReadError: readErrors.ReadError,
-		// Report writes held back for the first audit or a rescan go once it ends.
-		OnSettled: w.notifier.Recheck,
+		OnSettled: func() {
+			// Report writes held back for the first audit or a rescan go once it ends.
+			w.notifier.Recheck()
+			// Readiness is decided at complete audits.
+			w.readiness.Changed()
+		},
 	})
 	if err := w.mgr.Add(w.scan); err != nil {
 		return fmt.Errorf("adding scan engine: %w", err)
 	}
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
-	w.startup = newStartupGate(audit.SourceCRD, audit.SourceVAP)
+	sources := []audit.PolicySource{audit.SourceCRD, audit.SourceVAP}
+	if w.auditPolicies {
+		sources = append(sources, audit.SourceAuditPolicy)
+	}
+	w.startup = newStartupGate(sources...)
 	w.startup.OnOpen(w.scan.Release)
 	// With no policy covering any resource, the first audit is done as the gate opens.
 	w.startup.OnOpen(w.notifier.Recheck)
+	w.startup.OnOpen(w.readiness.Changed)
 	return nil
 }
 
@@ -184,6 +219,7 @@ func (w *wiring) setupCRDs() error {
 		Resync:   w.opts.ResyncPeriod,
 		Startup:  w.startup,
 		Changed:  w.refresher.Trigger,
+		Warnings: w.warnings,
 	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
 	if err != nil {
 		return fmt.Errorf("setting up CRD controller: %w", err)
@@ -200,11 +236,11 @@ func (w *wiring) setupVAPs() error {
 	if err != nil {
 		return fmt.Errorf("creating dynamic client: %w", err)
 	}
-	compile := w.compiler.VAP
+	compile := w.compiler.VAPAs
 	if hold := w.opts.beforeVAPCompile; hold != nil {
-		compile = func(p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+		compile = func(key audit.PolicyKey, p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
 			hold(p.Name)
-			return w.compiler.VAP(p)
+			return w.compiler.VAPAs(key, p)
 		}
 	}
 	w.vaps = &vapReconciler{
@@ -215,6 +251,7 @@ func (w *wiring) setupVAPs() error {
 		Compile:    compile,
 		Resync:     w.opts.ResyncPeriod,
 		Startup:    w.startup,
+		Warnings:   w.warnings,
 	}
 	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged)
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
@@ -224,6 +261,39 @@ func (w *wiring) setupVAPs() error {
 		return fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
 	}
 	return nil
+}
+
+func (w *wiring) setupAuditPolicies() error {
+	if !w.auditPolicies {
+		return nil
+	}
+	r := &auditPolicyReconciler{
+		Client:    w.mgr.GetClient(),
+		Policies:  w.vaps,
+		Summaries: w.readiness,
+		Events:    w.events,
+		Manage:    w.opts.ManageAdmissionPolicies,
+		Startup:   w.startup,
+		Discovery: w.discovery,
+	}
+	w.readiness.OnChange(r.summariesChanged)
+	w.readiness.OnAudit(r.auditCompleted)
+	if err := r.SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers)); err != nil {
+		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
+	}
+	return nil
+}
+
+// served reports whether the API server serves gvk.
+func served(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
+	_, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	switch {
+	case err == nil:
+		return true, nil
+	case meta.IsNoMatchError(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("looking up %s: %w", gvk.Kind, err)
 }
 
 func (w *wiring) setupNamespaces() error {
@@ -276,6 +346,18 @@ func (w *wiring) setupReports() error {
 	}).SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers))
 	if err != nil {
 		return fmt.Errorf("setting up report controller: %w", err)
+	}
+	return nil
+}
+
+func (w *wiring) setupReadiness() error {
+	if w.opts.ReadinessInterval <= 0 {
+		return fmt.Errorf("--readiness-interval must be positive, got %s", w.opts.ReadinessInterval)
+	}
+	// Registration fails when several operators share a process (tests); metrics then stay with the first.
+	_ = metrics.Registry.Register(newReadinessCollector(w.readiness))
+	if err := w.mgr.Add(w.readiness); err != nil {
+		return fmt.Errorf("adding readiness: %w", err)
 	}
 	return nil
 }

@@ -17,23 +17,27 @@ import (
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
 type Options struct {
-	MetricsAddr          string
-	ProbeAddr            string
-	LeaderElect          bool
-	LeaderElectionNS     string
-	ResyncPeriod         time.Duration
-	Workers              int
-	PageSize             int64
-	QPS                  float32
-	Burst                int
-	ReportVerdicts       string
-	MaxResultsPerReport  int
-	MaxReportBytes       int
-	ReportCoalesce       time.Duration
-	ReportWorkers        int
-	ExcludeCRDGroups     string
-	PprofAddr            string
-	SkipControllerChecks bool // tests start several managers in one process
+	MetricsAddr         string
+	ProbeAddr           string
+	LeaderElect         bool
+	LeaderElectionNS    string
+	ResyncPeriod        time.Duration
+	Workers             int
+	PageSize            int64
+	QPS                 float32
+	Burst               int
+	ReportVerdicts      string
+	MaxResultsPerReport int
+	MaxReportBytes      int
+	ReportCoalesce      time.Duration
+	ReportWorkers       int
+	ReadinessInterval   time.Duration // least time between two computations of the policies' summaries
+	ExcludeCRDGroups    string
+	PprofAddr           string
+	// ManageAdmissionPolicies lets celaudit create, update and delete the ValidatingAdmissionPolicies and
+	// bindings of AuditPolicies in Warn and Deny. It needs the admission-policy-manager ClusterRole.
+	ManageAdmissionPolicies bool
+	SkipControllerChecks    bool // tests start several managers in one process
 	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
 	// further failure, up to 5 minutes. Not a flag: tests shorten it.
 	ReadBackoff time.Duration
@@ -79,6 +83,9 @@ func DefaultOptions() Options {
 		// server far longer than it takes to build, so more writers than cores keep it busy.
 		ReportWorkers:    8,
 		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
+		// Summing every result takes milliseconds per 100,000 objects; a few seconds bound it to a negligible
+		// share of a CPU while changes stream in.
+		ReadinessInterval: 5 * time.Second,
 	}
 }
 
@@ -98,7 +105,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
 	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Least time between two writes of a namespace's reports; a change is written at once, later ones within this time are batched.")
 	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; a first audit or a policy edit writes many report chunks at once.")
+	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "Least time between two computations of each policy's summary (the celaudit_policy_* metrics and the SafeToEnforce Events); changes within it are batched.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
+	fs.BoolVar(&o.ManageAdmissionPolicies, "manage-admission-policies", o.ManageAdmissionPolicies, "Register a ValidatingAdmissionPolicy and binding for each AuditPolicy in Warn or Deny (needs the admission-policy-manager ClusterRole). Without it such policies are audited, not enforced.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
 }
 

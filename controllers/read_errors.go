@@ -2,6 +2,7 @@ package controllers
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -10,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/scan"
 )
@@ -51,18 +53,29 @@ func (r *readErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []
 
 // policyObject returns the object behind a policy, or nil when it is gone.
 func (r *readErrorEvents) policyObject(ctx context.Context, key audit.PolicyKey) client.Object {
+	obj, err := policyObject(ctx, r.Reader, key)
+	if err != nil {
+		r.Log.V(1).Info("Policy of an unreadable resource not found", "policy", key.String(), "err", err.Error())
+	}
+	return obj
+}
+
+// policyObject reads the object behind a policy, to record Events on: the CRD, the
+// ValidatingAdmissionPolicy or the AuditPolicy. It returns nil for keys of other sources, and with an error when it cannot be read.
+func policyObject(ctx context.Context, reader client.Reader, key audit.PolicyKey) (client.Object, error) {
 	var obj client.Object
 	switch key.Source {
 	case audit.SourceCRD:
 		obj = &apiextensionsv1.CustomResourceDefinition{}
 	case audit.SourceVAP:
 		obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
+	case audit.SourceAuditPolicy:
+		obj = &auditv1alpha1.AuditPolicy{}
 	default:
-		return nil
+		return nil, nil
 	}
-	if err := r.Reader.Get(ctx, client.ObjectKey{Name: key.Name}, obj); err != nil {
-		r.Log.V(1).Info("Policy of an unreadable resource not found", "policy", key.String(), "err", err.Error())
-		return nil
+	if err := reader.Get(ctx, client.ObjectKey{Name: key.Name}, obj); err != nil {
+		return nil, fmt.Errorf("reading the object of policy %s: %w", key, err)
 	}
-	return obj
+	return obj, nil
 }

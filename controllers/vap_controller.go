@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
@@ -47,14 +48,16 @@ type vapReconciler struct {
 	Discovery  *views.Discovery
 	Params     *views.Params
 	Namespaces vap.NamespaceGetter
-	// Compile compiles a policy; bindings and views are applied by Bind.
-	Compile func(*admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled
+	// Compile compiles a policy whose results carry key; bindings and views are applied by Bind.
+	Compile func(audit.PolicyKey, *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled
 	Resync  time.Duration
 	Startup *startupGate
 	Clock   clock.PassiveClock
+	// Warnings records the Warning Events of policies that do not compile and of bindings that bind nothing.
+	Warnings *warnings
 
 	mu     sync.Mutex
-	state  map[string]*vapState
+	state  map[audit.PolicyKey]*vapState // ValidatingAdmissionPolicies, and the AuditPolicies that stand for one
 	rebind chan struct{}
 	// discovered is closed once discovery was first read: a policy bound before would cover no resource.
 	discovered chan struct{}
@@ -71,6 +74,8 @@ type vapState struct {
 	paramKinds []schema.GroupVersionKind
 	namespaces bool
 	scanned    time.Time
+	// rejected says that the policy does not compile and was not registered (see register).
+	rejected bool
 }
 
 // +kubebuilder:rbac:groups=admissionregistration.k8s.io,resources=validatingadmissionpolicies;validatingadmissionpolicybindings,verbs=get;list;watch
@@ -87,46 +92,73 @@ func (r *vapReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, policy); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.remove(ctx, req.Name)
+			return ctrl.Result{}, r.removeMissing(ctx, req.Name)
 		}
 		return ctrl.Result{}, fmt.Errorf("getting ValidatingAdmissionPolicy %s: %w", req.Name, err)
+	}
+	if owner := policy.Labels[auditpolicy.LabelAuditPolicy]; owner != "" {
+		// Registered for an AuditPolicy: audited under the AuditPolicy's name, not twice.
+		return ctrl.Result{}, r.remove(ctx, audit.VAPKey(req.Name))
 	}
 	bindings := &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}
 	if err := r.Client.List(ctx, bindings, client.MatchingFields{bindingPolicyField: policy.Name}); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing bindings of %s: %w", policy.Name, err)
 	}
-	return r.reconcile(ctx, policy, bindings.Items)
+	if !policy.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.remove(ctx, audit.VAPKey(policy.Name))
+	}
+	res, _, err := r.register(ctx, audit.VAPKey(policy.Name), policy, bindings.Items, false)
+	return res, err
 }
 
-func (r *vapReconciler) reconcile(ctx context.Context, policy *admissionregistrationv1.ValidatingAdmissionPolicy, bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding) (ctrl.Result, error) {
-	if !policy.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.remove(ctx, policy.Name)
-	}
+// register compiles (when its uid, generation or celaudit annotations changed) and binds policy, whose results
+// carry key, and registers it with the scan engine; it returns the compiled policy. The AuditPolicy
+// reconciler registers the pair an AuditPolicy stands for through it too, so both share params, namespaces,
+// discovery and resyncs.
+//
+// With requireCompiled, a policy with compile problems is not registered (it yields no results) until a
+// change of it compiles: an AuditPolicy reports them in its Compiled condition instead. Without it, as the
+// API server does for a ValidatingAdmissionPolicy, every evaluation is an error result.
+func (r *vapReconciler) register(ctx context.Context, key audit.PolicyKey, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
+	bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding, requireCompiled bool) (ctrl.Result, *vap.Compiled, error) {
 	sort.Slice(bindings, func(i, j int) bool { return bindings[i].Name < bindings[j].Name })
 	interval := audit.ParseAnnotations(policy.Annotations).ResyncOr(r.Resync)
 	now := r.Clock.Now()
-	st := r.lookup(policy.Name)
+	st := r.lookup(key)
 	next := &vapState{
 		compileKey: vap.CacheKey(policy),
 		bindings:   bindingsSignature(bindings),
 		resolver:   r.Discovery.Snapshot(),
 		scanned:    now,
 	}
+	if st != nil && st.rejected && st.compileKey == next.compileKey {
+		return ctrl.Result{}, st.compiled, nil
+	}
 	if st != nil && st.compileKey == next.compileKey && st.bindings == next.bindings && st.resolver == next.resolver {
 		if interval > 0 && now.Sub(st.scanned) >= interval {
-			r.Registry.Rescan(audit.VAPKey(policy.Name), "")
+			r.Registry.Rescan(key, "")
 			rescanned := *st
 			rescanned.scanned = now
-			r.store(policy.Name, &rescanned)
-			return requeueIn(interval, 0), nil
+			r.store(key, &rescanned)
+			return requeueIn(interval, 0), st.compiled, nil
 		}
-		return requeueIn(interval, now.Sub(st.scanned)), nil
+		return requeueIn(interval, now.Sub(st.scanned)), st.compiled, nil
 	}
 	if st != nil && st.compileKey == next.compileKey {
 		next.compiled = st.compiled
 	} else {
-		ctrl.LoggerFrom(ctx).V(1).Info("Compiling ValidatingAdmissionPolicy", "generation", policy.Generation)
-		next.compiled = r.Compile(policy)
+		ctrl.LoggerFrom(ctx).V(1).Info("Compiling policy", "policy", key.String(), "generation", policy.Generation)
+		next.compiled = r.Compile(key, policy)
+		if key.Source == audit.SourceVAP {
+			// An AuditPolicy reports its problems on itself: policy is only what it stands for.
+			r.Warnings.compileFailed(policy, kindVAP, next.compiled.Problems())
+		}
+	}
+	if requireCompiled && len(next.compiled.Problems()) > 0 {
+		next.rejected = true
+		r.store(key, next)
+		r.Registry.RemovePolicy(key)
+		return ctrl.Result{}, next.compiled, r.Params.Track(ctx, key, nil, nil)
 	}
 	refs := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(bindings))
 	for i := range bindings {
@@ -134,37 +166,42 @@ func (r *vapReconciler) reconcile(ctx context.Context, policy *admissionregistra
 	}
 	p := engine.Bind(next.compiled, refs, engine.Views{Resources: next.resolver, Namespaces: r.Namespaces, Params: r.Params})
 	next.policy, next.paramKinds, next.namespaces = p, p.ParamKinds(), p.DependsOnNamespaces()
-	if err := r.Params.Track(ctx, policy.Name, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
-		return ctrl.Result{}, err
+	if err := r.Params.Track(ctx, key, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
+		return ctrl.Result{}, next.compiled, err
+	}
+	if key.Source == audit.SourceVAP {
+		r.Warnings.bindingsChecked(policy.Name, bindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) (string, string) {
+			return paramProblem(b, paramKind(next.paramKinds), next.resolver, r.Params)
+		})
 	}
 	// Only discovery changed, and not in a way that changes what the policy decides: results stay valid, only
 	// newly covered resources need reading.
-	onlyDiscovery := st != nil && st.compileKey == next.compileKey && st.bindings == next.bindings && sameParamResolution(st, next)
+	onlyDiscovery := st != nil && !st.rejected && st.compileKey == next.compileKey && st.bindings == next.bindings && sameParamResolution(st, next)
 	if onlyDiscovery {
 		next.scanned = st.scanned
 	}
-	r.store(policy.Name, next)
+	r.store(key, next)
 	if onlyDiscovery {
 		r.Registry.ReplacePolicy(p)
 	} else {
 		r.Registry.SetPolicy(p)
 	}
-	return requeueIn(interval, now.Sub(next.scanned)), nil
+	return requeueIn(interval, now.Sub(next.scanned)), next.compiled, nil
 }
 
-func (r *vapReconciler) lookup(name string) *vapState {
+func (r *vapReconciler) lookup(key audit.PolicyKey) *vapState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.state[name]
+	return r.state[key]
 }
 
-func (r *vapReconciler) store(name string, st *vapState) {
+func (r *vapReconciler) store(key audit.PolicyKey, st *vapState) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.state == nil {
-		r.state = map[string]*vapState{}
+		r.state = map[audit.PolicyKey]*vapState{}
 	}
-	r.state[name] = st
+	r.state[key] = st
 }
 
 // sameParamResolution reports whether the policy's param kinds resolve the same way in both states.
@@ -190,12 +227,26 @@ func bindingsSignature(bindings []admissionregistrationv1.ValidatingAdmissionPol
 	return b.String()
 }
 
-func (r *vapReconciler) remove(ctx context.Context, name string) error {
+// removeMissing removes the policy name, which does not exist, and warns on each binding that names it.
+func (r *vapReconciler) removeMissing(ctx context.Context, name string) error {
+	bindings := &admissionregistrationv1.ValidatingAdmissionPolicyBindingList{}
+	if err := r.Client.List(ctx, bindings, client.MatchingFields{bindingPolicyField: name}); err != nil {
+		return fmt.Errorf("listing bindings of %s: %w", name, err)
+	}
+	r.Warnings.bindingsChecked(name, bindings.Items, missingPolicy(name))
+	return r.remove(ctx, audit.VAPKey(name))
+}
+
+// remove unregisters the policy of key and stops reading its params.
+func (r *vapReconciler) remove(ctx context.Context, key audit.PolicyKey) error {
 	r.mu.Lock()
-	delete(r.state, name)
+	delete(r.state, key)
 	r.mu.Unlock()
-	r.Registry.RemovePolicy(audit.VAPKey(name))
-	return r.Params.Track(ctx, name, nil, nil)
+	if key.Source == audit.SourceVAP {
+		r.Warnings.forget(kindVAP, key.Name)
+	}
+	r.Registry.RemovePolicy(key)
+	return r.Params.Track(ctx, key, nil, nil)
 }
 
 func paramKind(kinds []schema.GroupVersionKind) *schema.GroupVersionKind {
@@ -219,11 +270,10 @@ func paramRefs(bindings []admissionregistrationv1.ValidatingAdmissionPolicyBindi
 // kind gvk) as a param: everywhere, or only in the namespaces where it is read. Changes to other objects of
 // the kind, such as ConfigMaps that are not params, cause no work.
 func (r *vapReconciler) paramsChanged(gvk schema.GroupVersionKind, objs ...metav1.Object) {
-	for name, st := range r.snapshot() {
+	for key, st := range r.snapshot() {
 		if !slices.Contains(st.paramKinds, gvk) {
 			continue
 		}
-		key := audit.VAPKey(name)
 		namespaces := map[string]bool{}
 		for _, o := range objs {
 			all, nss := st.policy.ParamScope(o)
@@ -245,9 +295,9 @@ func (r *vapReconciler) paramsChanged(gvk schema.GroupVersionKind, objs ...metav
 // namespaceDependents returns the keys of the policies whose results depend on namespaces.
 func (r *vapReconciler) namespaceDependents() []audit.PolicyKey {
 	var out []audit.PolicyKey
-	for name, st := range r.snapshot() {
+	for key, st := range r.snapshot() {
 		if st.namespaces {
-			out = append(out, audit.VAPKey(name))
+			out = append(out, key)
 		}
 	}
 	slices.SortFunc(out, audit.PolicyKey.Compare)
@@ -255,7 +305,7 @@ func (r *vapReconciler) namespaceDependents() []audit.PolicyKey {
 }
 
 // snapshot returns the registered states; they are never modified, so they are read without the lock.
-func (r *vapReconciler) snapshot() map[string]*vapState {
+func (r *vapReconciler) snapshot() map[audit.PolicyKey]*vapState {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return maps.Clone(r.state)
@@ -290,8 +340,8 @@ func (r *vapReconciler) listAtStartup(ctx context.Context) error {
 
 // SetupWithManager registers the reconciler, the binding index and the start-up registration with mgr.
 func (r *vapReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Compile == nil || r.Startup == nil {
-		return fmt.Errorf("vapReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile and Startup")
+	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Compile == nil || r.Startup == nil || r.Warnings == nil {
+		return fmt.Errorf("vapReconciler needs Client, Registry, Discovery, Params, Namespaces, Compile, Startup and Warnings")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}

@@ -75,7 +75,7 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 	compiled, err := apiextensionscel.Compile(&compilationSchema, declType, perCallLimit,
 		environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()), apiextensionscel.StoredExpressionsEnvLoader())
 
-	n := &ruleNode{schemaPath: path, schema: nodeSchema, initErr: err != nil, initDetail: initErrorDetail(err)}
+	n := &ruleNode{schemaPath: path, schema: nodeSchema, initErr: err != nil, initDetail: initDetail(err)}
 	for i, c := range compiled {
 		rule := validationSchema.XValidations[i]
 		info := ruleInfo{
@@ -160,8 +160,9 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 	return nil
 }
 
-// initErrorDetail is the detail of a node's initialization error err, "" for none.
-func initErrorDetail(err error) string {
+// initDetail is the detail the validator reports for a node whose rules could not be compiled at all with
+// err, "" for none.
+func initDetail(err error) string {
 	if err == nil {
 		return ""
 	}

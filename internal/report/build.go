@@ -355,7 +355,7 @@ func publish(e *entry, previous map[string]metav1.Timestamp, now metav1.Timestam
 			Name:       r.Resource.Name,
 			UID:        r.Resource.UID,
 		}},
-		Message:    truncateMessage(r.Message, maxMessageBytes),
+		Message:    TruncateMessage(r.Message, maxMessageBytes),
 		Properties: props,
 	}
 }
@@ -370,9 +370,9 @@ func severityOf(s string) (v1alpha2.PolicyResultSeverity, bool) {
 	return "", false
 }
 
-// truncateMessage cuts msg to at most maxBytes bytes, marker included, on a UTF-8 boundary. A negative
+// TruncateMessage cuts msg to at most maxBytes bytes, marker included, on a UTF-8 boundary. A negative
 // maxBytes means no limit. A limit shorter than the marker yields the marker alone.
-func truncateMessage(msg string, maxBytes int) string {
+func TruncateMessage(msg string, maxBytes int) string {
 	if maxBytes < 0 || len(msg) <= maxBytes {
 		return msg
 	}

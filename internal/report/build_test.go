@@ -692,9 +692,9 @@ func TestTruncateMessage(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := truncateMessage(tt.msg, tt.max)
+			got := TruncateMessage(tt.msg, tt.max)
 			if got != tt.want {
-				t.Errorf("truncateMessage = %q, want %q", got, tt.want)
+				t.Errorf("TruncateMessage = %q, want %q", got, tt.want)
 			}
 			if tt.max >= len(TruncationMarker) && len(got) > tt.max {
 				t.Errorf("truncated to %d bytes, limit %d", len(got), tt.max)

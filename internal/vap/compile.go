@@ -439,3 +439,14 @@ func severityOf(policy *admissionregistrationv1.ValidatingAdmissionPolicy, opts 
 	}
 	return audit.ParseAnnotations(policy.Annotations).SeverityOr(def)
 }
+
+// Defaulted returns a copy of policy with the defaults the API server applies when it stores one, so that a
+// policy written by celaudit can be compared with the stored one.
+func Defaulted(policy *admissionregistrationv1.ValidatingAdmissionPolicy) *admissionregistrationv1.ValidatingAdmissionPolicy {
+	return defaultPolicy(policy)
+}
+
+// DefaultedBinding returns a copy of binding with the defaults the API server applies when it stores one.
+func DefaultedBinding(binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+	return defaultBinding(binding)
+}

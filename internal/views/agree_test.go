@@ -25,6 +25,8 @@ import (
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
 	"github.com/celaudit/celaudit/test/envtestutil"
+
+	"github.com/celaudit/celaudit/internal/audit"
 )
 
 // clusterViews are the views of one implementation.
@@ -97,7 +99,7 @@ func TestViewsAgree(t *testing.T) {
 	params := startParams(t, d, func(schema.GroupVersionKind, ...metav1.Object) {})
 	everything := []*admissionregistrationv1.ParamRef{{Selector: &metav1.LabelSelector{}}}
 	for _, gvk := range []schema.GroupVersionKind{configMapKind, thingKind, globalKind} {
-		if err := params.Track(ctx, gvk.Kind, &gvk, everything); err != nil {
+		if err := params.Track(ctx, audit.VAPKey(gvk.Kind), &gvk, everything); err != nil {
 			t.Fatal(err)
 		}
 	}

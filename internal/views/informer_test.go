@@ -18,6 +18,8 @@ import (
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
 	"github.com/celaudit/celaudit/test/envtestutil"
+
+	"github.com/celaudit/celaudit/internal/audit"
 )
 
 // startParams returns a running Params over the test control plane, whose changes go to changed.
@@ -94,10 +96,10 @@ func TestParams(t *testing.T) {
 		{Namespace: a, Name: "cm-1"},
 		{Namespace: b, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"tier": "gold"}}},
 	}
-	if err := params.Track(ctx, "by-name-and-selector", &configMapKind, refs); err != nil {
+	if err := params.Track(ctx, audit.VAPKey("by-name-and-selector"), &configMapKind, refs); err != nil {
 		t.Fatal(err)
 	}
-	if err := params.Track(ctx, "cluster-scoped", &clusterRoleKind, []*admissionregistrationv1.ParamRef{{Name: prefix + "-role"}}); err != nil {
+	if err := params.Track(ctx, audit.VAPKey("cluster-scoped"), &clusterRoleKind, []*admissionregistrationv1.ParamRef{{Name: prefix + "-role"}}); err != nil {
 		t.Fatal(err)
 	}
 	getCases := []struct {
@@ -152,7 +154,7 @@ func TestParams(t *testing.T) {
 	})
 
 	t.Run("objects no policy reads are forgotten", func(t *testing.T) {
-		if err := params.Track(ctx, "by-name-and-selector", nil, nil); err != nil {
+		if err := params.Track(ctx, audit.VAPKey("by-name-and-selector"), nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		if o, err := params.Get(configMapKind, a, "cm-1"); keys(objectList(o), err) != "NotFound" {

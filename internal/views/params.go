@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	toolscache "k8s.io/client-go/tools/cache"
 
+	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
@@ -36,7 +37,7 @@ type paramQuery struct {
 type paramInformer struct {
 	informer toolscache.SharedIndexInformer
 	stop     context.CancelFunc
-	users    map[string]bool // policies reading through this query
+	users    map[audit.PolicyKey]bool // policies reading through this query
 }
 
 // Params serves ValidatingAdmissionPolicy param objects from informers on exactly what bindings reference,
@@ -50,7 +51,7 @@ type Params struct {
 	mu        sync.RWMutex
 	ctx       context.Context
 	informers map[paramQuery]*paramInformer
-	byPolicy  map[string][]paramQuery
+	byPolicy  map[audit.PolicyKey][]paramQuery
 }
 
 var _ vap.ParamSource = &Params{}
@@ -64,7 +65,7 @@ func NewParams(client dynamic.Interface, resolver func() vap.ResourceResolver, o
 		onChange:  onChange,
 		started:   make(chan struct{}),
 		informers: map[paramQuery]*paramInformer{},
-		byPolicy:  map[string][]paramQuery{},
+		byPolicy:  map[audit.PolicyKey][]paramQuery{},
 	}
 }
 
@@ -87,7 +88,7 @@ func (p *Params) Start(ctx context.Context) error {
 // Track makes the param objects that policy's bindings read (through paramRefs to objects of gvk) available
 // and watched, and stops watching what no policy reads any more. gvk nil means the policy reads no params.
 // It returns once new informers have synced, so the policy can be evaluated at once.
-func (p *Params) Track(ctx context.Context, policy string, gvk *schema.GroupVersionKind, refs []*admissionregistrationv1.ParamRef) error {
+func (p *Params) Track(ctx context.Context, policy audit.PolicyKey, gvk *schema.GroupVersionKind, refs []*admissionregistrationv1.ParamRef) error {
 	select {
 	case <-p.started:
 	case <-ctx.Done():
@@ -224,7 +225,7 @@ func (p *Params) startLocked(q paramQuery) (*paramInformer, error) {
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	go inf.RunWithContext(ctx)
-	return &paramInformer{informer: inf, stop: cancel, users: map[string]bool{}}, nil
+	return &paramInformer{informer: inf, stop: cancel, users: map[audit.PolicyKey]bool{}}, nil
 }
 
 func stripManagedFields(o any) (any, error) {

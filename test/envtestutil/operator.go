@@ -12,12 +12,13 @@ import (
 )
 
 // TestOptions returns operator options for tests: no metrics or probe listeners, several managers allowed in
-// one process, and a short report coalescing delay.
+// one process, and short report coalescing and readiness intervals.
 func TestOptions() controllers.Options {
 	o := controllers.DefaultOptions()
 	o.MetricsAddr, o.ProbeAddr = "0", "0"
 	o.SkipControllerChecks = true
 	o.ReportCoalesce = 200 * time.Millisecond
+	o.ReadinessInterval = 200 * time.Millisecond
 	return o
 }
 

@@ -1,0 +1,439 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/auditpolicy"
+	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
+)
+
+// policySummaries serves the per-policy summaries of the last complete audit.
+type policySummaries interface {
+	// Summary returns the policy's summary at the last complete audit, whether there was one, and when that
+	// audit's summaries were taken.
+	Summary(key audit.PolicyKey) (s results.Summary, complete bool, at time.Time)
+}
+
+// auditPolicyReconciler audits each AuditPolicy as the ValidatingAdmissionPolicy and binding it stands for,
+// registers that pair with the API server while its enforcement is Warn or Deny (and removes it otherwise),
+// promotes it when its promotion gate allows, and writes its status.
+//
+// The pair is compiled, bound and registered with the scan engine by the ValidatingAdmissionPolicy
+// reconciler's register, under the AuditPolicy's key: params, namespaces, discovery changes and resyncs work
+// exactly as for a ValidatingAdmissionPolicy, and the registered copy is not audited a second time.
+type auditPolicyReconciler struct {
+	Client    client.Client
+	Policies  *vapReconciler
+	Summaries policySummaries
+	Events    EventRecorder
+	// Manage allows registering ValidatingAdmissionPolicies and bindings with the API server for Warn and
+	// Deny (--manage-admission-policies). Without it the policy is audited as if enforced, and its Enforced
+	// condition says that nothing is registered.
+	Manage  bool
+	Startup *startupGate
+	Clock   clock.PassiveClock
+
+	// Discovery changes bind every AuditPolicy again.
+	Discovery *views.Discovery
+
+	// queue is the controller's work queue, once it started: summary and discovery changes enqueue into it.
+	queue  atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
+	rebind chan struct{}
+	mu     sync.Mutex
+	// warned records the generation whose compile problems were reported with an Event, per AuditPolicy.
+	warned map[types.UID]int64
+	// registered is when each AuditPolicy was last registered or rescanned: only audits that complete after
+	// it describe it.
+	registered map[string]time.Time
+	// pending holds the AuditPolicies whose status waits for a complete audit.
+	pending map[string]bool
+}
+
+// +kubebuilder:rbac:groups=audit.celaudit.io,resources=auditpolicies,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=audit.celaudit.io,resources=auditpolicies/status,verbs=get;update;patch
+
+// Reconcile audits one AuditPolicy, registers or removes its admission policy and writes its status.
+func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	select {
+	case <-r.Policies.discovered:
+	case <-ctx.Done():
+		return ctrl.Result{}, ctx.Err()
+	}
+	key := audit.AuditPolicyKey(req.Name)
+	defer r.Startup.Reconciled(key)
+	ap := &v1alpha1.AuditPolicy{}
+	if err := r.Client.Get(ctx, req.NamespacedName, ap); err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, r.remove(ctx, req.Name)
+		}
+		return ctrl.Result{}, fmt.Errorf("getting AuditPolicy %s: %w", req.Name, err)
+	}
+	if !ap.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, r.remove(ctx, ap.Name)
+	}
+	pair := auditpolicy.ToAdmission(ap)
+	before := r.Policies.lookup(key)
+	result, compiled, err := r.Policies.register(ctx, key, pair.Policy, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{*pair.Binding}, true)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("registering AuditPolicy %s: %w", ap.Name, err)
+	}
+	if r.Policies.lookup(key) != before {
+		// Registered, bound again or rescanned: the scan is no longer synced, and results taken before now
+		// do not describe this generation.
+		r.markRegistered(ap.Name, r.Clock.Now())
+	}
+	o := auditPolicyObservation{problems: compiled.Problems()}
+	r.warnCompileProblems(ap, o.problems)
+	o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	o.summary, o.complete, o.at = r.Summaries.Summary(key)
+	o.complete = o.complete && r.auditedSince(ap.Name, o.at, len(o.problems) == 0)
+	if err := r.writeStatus(ctx, ap, o); err != nil {
+		return ctrl.Result{}, err
+	}
+	wait, err := r.promote(ctx, ap)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if wait > 0 && (result.RequeueAfter == 0 || wait < result.RequeueAfter) {
+		result.RequeueAfter = wait
+	}
+	return result, nil
+}
+
+// remove stops auditing the AuditPolicy and deletes what was registered for it. The garbage collector would
+// delete the pair too (it is owned by the AuditPolicy); celaudit does not wait for it, so no request is
+// judged by a policy that is gone.
+func (r *auditPolicyReconciler) remove(ctx context.Context, name string) error {
+	r.mu.Lock()
+	delete(r.registered, name)
+	delete(r.pending, name)
+	r.mu.Unlock()
+	if err := r.Policies.remove(ctx, audit.AuditPolicyKey(name)); err != nil {
+		return err
+	}
+	return r.deleteRegistered(ctx, name)
+}
+
+// enforce registers the pair for Warn and Deny, or deletes it for Audit, and returns the Enforced condition
+// and the name of the registered policy ("" when none).
+func (r *auditPolicyReconciler) enforce(ctx context.Context, ap *v1alpha1.AuditPolicy, compiles bool) (metav1.Condition, string, error) {
+	cond := metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse}
+	name := auditpolicy.AdmissionName(ap.Name)
+	e := ap.EnforcementOrDefault()
+	switch {
+	case e == v1alpha1.Audit:
+		if err := r.deleteRegistered(ctx, ap.Name); err != nil {
+			return cond, "", err
+		}
+		cond.Reason, cond.Message = ReasonAuditOnly, "enforcement is Audit: celaudit audits the policy and nothing is registered with the API server"
+		return cond, "", nil
+	case !r.Manage:
+		cond.Reason = ReasonManagementOff
+		cond.Message = fmt.Sprintf("enforcement is %s, but celaudit runs without --manage-admission-policies: nothing is registered; "+
+			"the policy is audited as if it were (register the ValidatingAdmissionPolicy and binding yourself to enforce it)", e)
+		return cond, "", nil
+	case !compiles:
+		cond.Reason = ReasonCompileFailed
+		cond.Message = fmt.Sprintf("the policy does not compile, so it is not registered as %s; a ValidatingAdmissionPolicy %s registered earlier is left as it was", name, name)
+		return cond, "", nil
+	}
+	want := auditpolicy.Owned(ap)
+	if taken, err := r.apply(ctx, want.Policy, &admissionregistrationv1.ValidatingAdmissionPolicy{}, ap.Name); err != nil || taken {
+		return registerFailure(cond, "ValidatingAdmissionPolicy", name, taken, err), "", nil
+	}
+	if taken, err := r.apply(ctx, want.Binding, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, ap.Name); err != nil || taken {
+		return registerFailure(cond, "ValidatingAdmissionPolicyBinding", name, taken, err), name, nil
+	}
+	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonRegistered
+	cond.Message = fmt.Sprintf("ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding %s enforce the policy with validationActions [%s]", name, e)
+	return cond, name, nil
+}
+
+func registerFailure(cond metav1.Condition, kind, name string, taken bool, err error) metav1.Condition {
+	if taken {
+		cond.Reason = ReasonNameTaken
+		cond.Message = fmt.Sprintf("%s %s exists and is not celaudit's: rename the AuditPolicy or remove it", kind, name)
+		return cond
+	}
+	cond.Reason = ReasonRegisterFailed
+	cond.Message = fmt.Sprintf("the API server did not accept %s %s: %v", kind, name, err)
+	return cond
+}
+
+// apply creates want, or updates the existing object to it when it differs; an existing object that is not
+// the AuditPolicy's is left alone (taken). existing is an empty object of want's type.
+func (r *auditPolicyReconciler) apply(ctx context.Context, want, existing client.Object, owner string) (taken bool, err error) {
+	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), existing); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return false, err
+		}
+		ctrl.LoggerFrom(ctx).Info("Registering admission policy", "kind", fmt.Sprintf("%T", want), "name", want.GetName())
+		return false, r.Client.Create(ctx, want)
+	}
+	if existing.GetLabels()[auditpolicy.LabelAuditPolicy] != owner {
+		return true, nil
+	}
+	if sameRegistration(want, existing) {
+		return false, nil
+	}
+	want.SetResourceVersion(existing.GetResourceVersion())
+	return false, r.Client.Update(ctx, want)
+}
+
+// sameRegistration reports whether the registered object already holds what celaudit wants it to.
+func sameRegistration(want, have client.Object) bool {
+	if !equality.Semantic.DeepEqual(want.GetLabels(), have.GetLabels()) ||
+		!equality.Semantic.DeepEqual(want.GetAnnotations(), have.GetAnnotations()) ||
+		!equality.Semantic.DeepEqual(want.GetOwnerReferences(), have.GetOwnerReferences()) {
+		return false
+	}
+	switch w := want.(type) {
+	case *admissionregistrationv1.ValidatingAdmissionPolicy:
+		// The API server defaults the spec it stores; compare what it would store.
+		h := have.(*admissionregistrationv1.ValidatingAdmissionPolicy)
+		return equality.Semantic.DeepEqual(vap.Defaulted(w).Spec, vap.Defaulted(h).Spec)
+	case *admissionregistrationv1.ValidatingAdmissionPolicyBinding:
+		h := have.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+		return equality.Semantic.DeepEqual(vap.DefaultedBinding(w).Spec, vap.DefaultedBinding(h).Spec)
+	}
+	return false
+}
+
+// deleteRegistered deletes the pair registered for the AuditPolicy named name, if it is celaudit's.
+func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name string) error {
+	key := client.ObjectKey{Name: auditpolicy.AdmissionName(name)}
+	for _, obj := range []client.Object{&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, &admissionregistrationv1.ValidatingAdmissionPolicy{}} {
+		if err := r.Client.Get(ctx, key, obj); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("getting %s: %w", key.Name, err)
+		}
+		if obj.GetLabels()[auditpolicy.LabelAuditPolicy] != name {
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Removing admission policy", "kind", fmt.Sprintf("%T", obj), "name", key.Name)
+		if err := r.Client.Delete(ctx, obj); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("deleting %s: %w", key.Name, err)
+		}
+	}
+	return nil
+}
+
+// warnCompileProblems records a Warning Event once per generation that does not compile.
+func (r *auditPolicyReconciler) warnCompileProblems(ap *v1alpha1.AuditPolicy, problems []string) {
+	if len(problems) == 0 {
+		return
+	}
+	r.mu.Lock()
+	seen := r.warned[ap.UID] == ap.Generation
+	r.warned[ap.UID] = ap.Generation
+	r.mu.Unlock()
+	if seen {
+		return
+	}
+	r.Events.Eventf(ap, nil, corev1.EventTypeWarning, ReasonCompileFailed, "Compile",
+		"%s", truncateMessage(fmt.Sprintf("The policy does not compile and is not audited: %s", joinProblems(problems))))
+}
+
+func joinProblems(problems []string) string {
+	out := ""
+	for i, p := range problems {
+		if i > 0 {
+			out += "; "
+		}
+		out += p
+	}
+	return out
+}
+
+// writeStatus writes ap's status when it changed.
+func (r *auditPolicyReconciler) writeStatus(ctx context.Context, ap *v1alpha1.AuditPolicy, o auditPolicyObservation) error {
+	want := desiredStatus(ap, o, r.Clock.Now())
+	if equality.Semantic.DeepEqual(ap.Status, want) {
+		return nil
+	}
+	before := ap.DeepCopy()
+	ap.Status = want
+	if err := r.Client.Status().Patch(ctx, ap, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		return fmt.Errorf("writing the status of AuditPolicy %s: %w", ap.Name, err)
+	}
+	return nil
+}
+
+// promote moves ap's enforcement forward when its promotion is due; it returns how long until it may be.
+func (r *auditPolicyReconciler) promote(ctx context.Context, ap *v1alpha1.AuditPolicy) (time.Duration, error) {
+	to, wait := promotionDue(ap, r.Clock.Now())
+	if to == "" {
+		return wait, nil
+	}
+	from := ap.EnforcementOrDefault()
+	before := ap.DeepCopy()
+	ap.Spec.Enforcement = to
+	if err := r.Client.Patch(ctx, ap, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		r.Events.Eventf(ap, nil, corev1.EventTypeWarning, ReasonPromotionFailed, "Promote",
+			"Moving enforcement from %s to %s failed: %v", from, to, err)
+		return 0, fmt.Errorf("promoting AuditPolicy %s to %s: %w", ap.Name, to, err)
+	}
+	r.Events.Eventf(ap, nil, corev1.EventTypeNormal, ReasonPromoted, "Promote",
+		"Enforcement moved from %s to %s: SafeToEnforce held for %s", from, to, ap.Spec.Promotion.For.Duration)
+	return 0, nil
+}
+
+// summariesChanged enqueues the AuditPolicies among keys, whose summaries changed. Before the controller
+// starts there is nothing to enqueue: every AuditPolicy is reconciled once it does.
+func (r *auditPolicyReconciler) summariesChanged(keys []audit.PolicyKey) {
+	q := r.queue.Load()
+	if q == nil {
+		return
+	}
+	for _, k := range keys {
+		if k.Source == audit.SourceAuditPolicy {
+			(*q).Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: k.Name}})
+		}
+	}
+}
+
+func (r *auditPolicyReconciler) markRegistered(name string, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.registered[name] = at
+}
+
+// auditedSince reports whether an audit that completed at at describes the AuditPolicy as last registered;
+// when it does not, and the policy is audited at all, its status waits for the next complete audit.
+func (r *auditPolicyReconciler) auditedSince(name string, at time.Time, audited bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	complete := !at.Before(r.registered[name])
+	if !complete && audited {
+		r.pending[name] = true
+	} else {
+		delete(r.pending, name)
+	}
+	return complete
+}
+
+// auditCompleted enqueues the AuditPolicies waiting for a complete audit.
+func (r *auditPolicyReconciler) auditCompleted() {
+	q := r.queue.Load()
+	if q == nil {
+		return
+	}
+	r.mu.Lock()
+	names := make([]string, 0, len(r.pending))
+	for name := range r.pending {
+		names = append(names, name)
+	}
+	r.mu.Unlock()
+	for _, name := range names {
+		(*q).Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: name}})
+	}
+}
+
+// discoveryChanged asks for every AuditPolicy to be bound again.
+func (r *auditPolicyReconciler) discoveryChanged() {
+	select {
+	case r.rebind <- struct{}{}:
+	default:
+	}
+}
+
+// enqueueAllOnRebind enqueues every AuditPolicy after each discovery change.
+func (r *auditPolicyReconciler) enqueueAllOnRebind(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.rebind:
+		}
+		list := &v1alpha1.AuditPolicyList{}
+		if err := r.Client.List(ctx, list); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing AuditPolicies to bind again failed")
+			continue
+		}
+		for _, ap := range list.Items {
+			q.Add(reconcile.Request{NamespacedName: types.NamespacedName{Name: ap.Name}})
+		}
+	}
+}
+
+// listAtStartup tells the start-up gate which AuditPolicies the synced cache holds.
+func (r *auditPolicyReconciler) listAtStartup(ctx context.Context) error {
+	list := &v1alpha1.AuditPolicyList{}
+	if err := r.Client.List(ctx, list); err != nil {
+		return fmt.Errorf("listing AuditPolicies: %w", err)
+	}
+	names := make([]string, len(list.Items))
+	for i := range list.Items {
+		names[i] = list.Items[i].Name
+	}
+	r.Startup.Listed(audit.SourceAuditPolicy, names)
+	return nil
+}
+
+// SetupWithManager registers the reconciler with mgr. It reacts to spec and annotation changes of
+// AuditPolicies (not to its own status writes), to changes of the pairs it registered, to discovery changes
+// and to changes of their summaries.
+func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
+	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Events == nil || r.Startup == nil || r.Discovery == nil {
+		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Events, Startup and Discovery")
+	}
+	if r.Clock == nil {
+		r.Clock = clock.RealClock{}
+	}
+	r.rebind = make(chan struct{}, 1)
+	r.warned = map[types.UID]int64{}
+	r.registered = map[string]time.Time{}
+	r.pending = map[string]bool{}
+	r.Discovery.OnChange(r.discoveryChanged)
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		if !mgr.GetCache().WaitForCacheSync(ctx) {
+			return ctx.Err()
+		}
+		return r.listAtStartup(ctx)
+	})); err != nil {
+		return fmt.Errorf("adding AuditPolicy start-up listing: %w", err)
+	}
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&v1alpha1.AuditPolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		Named("auditpolicy").
+		Owns(&admissionregistrationv1.ValidatingAdmissionPolicy{}).
+		Owns(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}).
+		WatchesRawSource(source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+			r.queue.Store(&q)
+			go r.enqueueAllOnRebind(ctx, q)
+			return nil
+		}))
+	for _, o := range opts {
+		b = o(b)
+	}
+	return b.Complete(r)
+}

@@ -1,0 +1,145 @@
+package controllers
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/internal/results"
+)
+
+// Reasons of the AuditPolicy conditions and Events.
+const (
+	ReasonCompiled          = "Compiled"
+	ReasonAuditOnly         = "AuditOnly"
+	ReasonRegistered        = "Registered"
+	ReasonRegisterFailed    = "RegisterFailed"
+	ReasonNameTaken         = "NameTaken"
+	ReasonManagementOff     = "ManagementDisabled"
+	ReasonNoViolations      = "NoViolations"
+	ReasonViolations        = "Violations"
+	ReasonAuditPending      = "AuditPending"
+	ReasonPromoted          = "Promoted"
+	ReasonPromotionFailed   = "PromotionFailed"
+	maxConditionMessage     = 4096
+	topViolatingNamespaces  = 10
+	conditionMessageElision = " …"
+)
+
+// auditPolicyObservation is what the reconciler gathered about one AuditPolicy: the inputs of its status.
+type auditPolicyObservation struct {
+	// problems are the compile problems; none when the policy compiled.
+	problems []string
+	// enforced is the Enforced condition (without times).
+	enforced metav1.Condition
+	// summary is the policy's summary; complete says it is from a complete audit, taken at at.
+	summary  results.Summary
+	complete bool
+	at       time.Time
+	// admissionPolicy names the ValidatingAdmissionPolicy registered for it, "" when none.
+	admissionPolicy string
+}
+
+// desiredStatus returns ap's status for what was observed at now. Conditions keep their transition time
+// while their status does not change. Counts and SafeToEnforce change only with a complete audit: while a
+// (re)scan runs they keep describing the last complete one.
+func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.Time) v1alpha1.AuditPolicyStatus {
+	st := *ap.Status.DeepCopy()
+	st.ObservedGeneration = ap.Generation
+	st.AdmissionPolicy = o.admissionPolicy
+	set := func(c metav1.Condition) {
+		c.ObservedGeneration = ap.Generation
+		c.LastTransitionTime = metav1.NewTime(now)
+		c.Message = truncateMessage(c.Message)
+		meta.SetStatusCondition(&st.Conditions, c)
+	}
+	set(compiledCondition(o.problems))
+	set(o.enforced)
+	switch {
+	case len(o.problems) > 0:
+		st.Matched, st.Pass, st.Fail, st.Warn, st.Error, st.Skip, st.Violations = 0, 0, 0, 0, 0, 0, 0
+		st.TopNamespaces = nil
+		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionFalse, Reason: ReasonCompileFailed,
+			Message: "the policy does not compile, so it is not audited"})
+	case o.complete:
+		s := o.summary
+		st.Matched, st.Pass, st.Fail, st.Warn, st.Error, st.Skip = int64(s.Matched), int64(s.Pass), int64(s.Fail), int64(s.Warn), int64(s.Error), int64(s.Skip)
+		st.Violations = int64(s.Violations())
+		st.TopNamespaces = nil
+		for _, n := range s.TopNamespaces(topViolatingNamespaces) {
+			st.TopNamespaces = append(st.TopNamespaces, v1alpha1.NamespaceViolations{Namespace: n.Namespace, Violations: int64(n.Violations)})
+		}
+		at := metav1.NewTime(o.at)
+		st.LastAuditTime = &at
+		set(safeToEnforceCondition(s))
+	case staleSafeToEnforce(st.Conditions, ap.Generation):
+		// A new generation is judged by its own audit, and a promotion waits for it.
+		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionUnknown, Reason: ReasonAuditPending,
+			Message: "the first complete audit of the policy is in progress"})
+	}
+	return st
+}
+
+// staleSafeToEnforce reports whether SafeToEnforce is missing, or describes another generation, or a
+// generation that did not compile.
+func staleSafeToEnforce(conditions []metav1.Condition, generation int64) bool {
+	c := meta.FindStatusCondition(conditions, v1alpha1.ConditionSafeToEnforce)
+	return c == nil || c.ObservedGeneration != generation || c.Reason == ReasonCompileFailed
+}
+
+func compiledCondition(problems []string) metav1.Condition {
+	if len(problems) == 0 {
+		return metav1.Condition{Type: v1alpha1.ConditionCompiled, Status: metav1.ConditionTrue, Reason: ReasonCompiled,
+			Message: "every expression compiles"}
+	}
+	return metav1.Condition{Type: v1alpha1.ConditionCompiled, Status: metav1.ConditionFalse, Reason: ReasonCompileFailed,
+		Message: strings.Join(problems, "; ")}
+}
+
+// safeToEnforceCondition answers whether enforcing the policy would reject none of the stored objects.
+func safeToEnforceCondition(s results.Summary) metav1.Condition {
+	if s.SafeToEnforce() {
+		return metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionTrue, Reason: ReasonNoViolations,
+			Message: fmt.Sprintf("no fail, warn or error result among the %d matched objects", s.Matched)}
+	}
+	return metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionFalse, Reason: ReasonViolations,
+		Message: fmt.Sprintf("%d of %d matched objects violate the policy or cannot be judged (%d fail, %d warn, %d error results)",
+			s.Violating, s.Matched, s.Fail, s.Warn, s.Error)}
+}
+
+func truncateMessage(m string) string {
+	if len(m) <= maxConditionMessage {
+		return m
+	}
+	cut := maxConditionMessage - len(conditionMessageElision)
+	for cut > 0 && !utf8Start(m[cut]) {
+		cut--
+	}
+	return m[:cut] + conditionMessageElision
+}
+
+// utf8Start reports whether b starts a UTF-8 sequence.
+func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
+
+// promotionDue returns the enforcement ap's promotion moves it to at now, or "" and how long until it may
+// (0 when it never will as things stand). Promotion only moves forward, and only once SafeToEnforce has been
+// True, from complete audits, for the promotion's duration.
+func promotionDue(ap *v1alpha1.AuditPolicy, now time.Time) (v1alpha1.Enforcement, time.Duration) {
+	p := ap.Spec.Promotion
+	if p == nil || p.To.Stage() <= ap.EnforcementOrDefault().Stage() {
+		return "", 0
+	}
+	c := meta.FindStatusCondition(ap.Status.Conditions, v1alpha1.ConditionSafeToEnforce)
+	if c == nil || c.Status != metav1.ConditionTrue || c.ObservedGeneration != ap.Generation {
+		return "", 0
+	}
+	held := now.Sub(c.LastTransitionTime.Time)
+	if held >= p.For.Duration {
+		return p.To, 0
+	}
+	return "", p.For.Duration - held
+}

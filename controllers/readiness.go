@@ -1,0 +1,331 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/clock"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/results"
+)
+
+// Event reasons of a policy's readiness for enforcement, recorded on the ValidatingAdmissionPolicy or CRD.
+const (
+	ReasonSafeToEnforce    = "SafeToEnforce"
+	ReasonNotSafeToEnforce = "NotSafeToEnforce"
+)
+
+// readinessTopNamespaces is how many namespaces a readiness Event names, those with the most violations.
+const readinessTopNamespaces = 3
+
+// summarizer is the result store as readiness reads it.
+type summarizer interface {
+	Summaries() map[audit.PolicyKey]results.Summary
+}
+
+var _ summarizer = &results.Store{}
+
+// readiness keeps what each policy decides across the objects it covers, as of the last complete audit: the
+// last time its summaries were computed while every policy was registered and the scan had read everything
+// with no rescan pending. While a (re)scan is under way it keeps the previous answer, so that a policy edit or
+// a resync never shows a half-read cluster. It serves:
+//
+//   - the metrics of each policy (readinessCollector);
+//   - an Event on the ValidatingAdmissionPolicy or CRD whenever the policy becomes safe to enforce or stops
+//     being so (results.Summary.SafeToEnforce), and for the first complete audit after the operator starts,
+//     so that `kubectl describe` shows the current answer; never on a recompute that changes nothing;
+//   - Summary and OnChange for other consumers (the status of celaudit's AuditPolicies): AuditPolicy keys get
+//     summaries and change notifications but no Events.
+//
+// It is event-driven: Changed (called by the result store on every change, by the scan when it settles and by
+// the start-up gate when it opens) wakes it, and it recomputes at most once per Interval. A policy with no
+// results (it covers no object, or was removed) has no summary.
+type readiness struct {
+	Results summarizer
+	// Settled reports whether the audit is complete: every policy registered and the scan synced.
+	Settled func() bool
+	// Reader reads the policy objects Events are recorded on (the manager's cache holds them).
+	Reader   client.Reader
+	Events   EventRecorder
+	Clock    clock.Clock
+	Interval time.Duration
+	Log      logr.Logger
+
+	wake chan struct{}
+
+	mu          sync.Mutex
+	policies    map[audit.PolicyKey]policyReadiness // replaced whole, never modified
+	subscribers []func(changed []audit.PolicyKey)
+	// audited is when the summaries of the last complete audit were taken; zero before the first.
+	audited  time.Time
+	auditors []func()
+}
+
+// policyReadiness is what readiness keeps of one policy.
+type policyReadiness struct {
+	summary results.Summary
+	// since is when the summary took its value.
+	since time.Time
+}
+
+// newReadiness returns a readiness that recomputes at most once per interval.
+func newReadiness(store summarizer, settled func() bool, reader client.Reader, events EventRecorder, interval time.Duration, log logr.Logger) *readiness {
+	return &readiness{
+		Results:  store,
+		Settled:  settled,
+		Reader:   reader,
+		Events:   events,
+		Clock:    clock.RealClock{},
+		Interval: interval,
+		Log:      log,
+		wake:     make(chan struct{}, 1),
+	}
+}
+
+// Changed tells readiness that the results, or whether the audit is complete, may have changed. It never
+// blocks: the result store calls it under its lock.
+func (r *readiness) Changed() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Summary returns what the policy key decided at the last complete audit, and when that audit's summaries
+// were taken: a policy registered (or rescanned) before at is covered by it. complete is false before the
+// first complete audit. A policy without results at that audit (it covers no object, or it is gone) has the
+// zero Summary.
+func (r *readiness) Summary(key audit.PolicyKey) (s results.Summary, complete bool, at time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.policies[key].summary, !r.audited.IsZero(), r.audited
+}
+
+// OnAudit registers f to be called after every recompute from a complete audit, whether or not a summary
+// changed: a policy waiting for its first complete audit may have none. Like OnChange's, f must not block.
+func (r *readiness) OnAudit(f func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.auditors = append(r.auditors, f)
+}
+
+// OnChange registers f to be called with the keys, sorted, of the policies whose summary changed, appeared or
+// disappeared at a recompute. f is called from readiness's own goroutine, outside its locks, after the
+// recompute's Events are recorded; it must not block (enqueue the keys, say) and may call Summary.
+func (r *readiness) OnChange(f func(changed []audit.PolicyKey)) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.subscribers = append(r.subscribers, f)
+}
+
+// snapshot returns the policies' readiness; the map is never modified.
+func (r *readiness) snapshot() map[audit.PolicyKey]policyReadiness {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.policies
+}
+
+// Start recomputes whenever Changed was called, at most once per Interval, until ctx ends.
+func (r *readiness) Start(ctx context.Context) error {
+	var last time.Time // zero: never recomputed
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.wake:
+		}
+		if wait := r.Interval - r.Clock.Since(last); !last.IsZero() && wait > 0 {
+			t := r.Clock.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil
+			case <-t.C():
+			}
+		}
+		last = r.Clock.Now()
+		r.recompute(ctx)
+	}
+}
+
+// recompute computes the summaries if the audit is complete, and records what changed.
+func (r *readiness) recompute(ctx context.Context) {
+	var sums map[audit.PolicyKey]results.Summary
+	complete := r.Settled()
+	taken := r.Clock.Now()
+	if complete {
+		sums = r.Results.Summaries()
+		// A rescan that began meanwhile may be half read: its settling wakes readiness again.
+		complete = r.Settled()
+	}
+	r.mu.Lock()
+	d := decideReadiness(r.policies, sums, complete, r.Clock.Now())
+	r.policies = d.next
+	subscribers := slices.Clone(r.subscribers)
+	var auditors []func()
+	if complete {
+		r.audited = taken
+		auditors = slices.Clone(r.auditors)
+	}
+	r.mu.Unlock()
+
+	for _, key := range d.events {
+		r.record(ctx, key, d.next[key].summary)
+	}
+	if len(d.changed) > 0 {
+		for _, f := range subscribers {
+			f(d.changed)
+		}
+	}
+	for _, f := range auditors {
+		f()
+	}
+}
+
+// record records the readiness Event of policy key on its object; keys of sources without one are skipped.
+func (r *readiness) record(ctx context.Context, key audit.PolicyKey, s results.Summary) {
+	obj, err := policyObject(ctx, r.Reader, key)
+	if obj == nil {
+		if err != nil {
+			r.Log.V(1).Info("Policy of a readiness change not found", "policy", key.String(), "err", err.Error())
+		}
+		return
+	}
+	if s.SafeToEnforce() {
+		r.Events.Eventf(obj, nil, corev1.EventTypeNormal, ReasonSafeToEnforce, "Audit", "%s", readinessNote(s))
+		return
+	}
+	r.Events.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNotSafeToEnforce, "Audit", "%s", readinessNote(s))
+}
+
+// readinessNote describes a summary in an Event note: "3 of 120 matched objects violate the policy (2 fail,
+// 1 warn, 0 error); most violations in namespaces a (2), b (1)". The counts in parentheses are results.
+func readinessNote(s results.Summary) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d of %d matched objects violate the policy (%d fail, %d warn, %d error)", s.Violating, s.Matched, s.Fail, s.Warn, s.Error)
+	top := s.TopNamespaces(readinessTopNamespaces)
+	for i, ns := range top {
+		switch {
+		case i == 0 && len(top) == 1:
+			b.WriteString("; violations in ")
+		case i == 0:
+			b.WriteString("; most violations in ")
+		default:
+			b.WriteString(", ")
+		}
+		name := "namespace " + ns.Namespace
+		if ns.Namespace == "" {
+			name = "cluster-scoped objects"
+		}
+		fmt.Fprintf(&b, "%s (%d)", name, ns.Violations)
+	}
+	return b.String()
+}
+
+// readinessDecision is what one recompute changes.
+type readinessDecision struct {
+	// next is the new readiness of every policy.
+	next map[audit.PolicyKey]policyReadiness
+	// events lists, sorted, the policies whose readiness Event is due: their first complete audit, or
+	// SafeToEnforce changed.
+	events []audit.PolicyKey
+	// changed lists, sorted, the policies whose summary changed, appeared or disappeared.
+	changed []audit.PolicyKey
+}
+
+// decideReadiness decides a recompute: prev is the readiness so far, sums the summaries just computed and
+// complete whether they reflect a complete audit. An incomplete audit changes nothing.
+func decideReadiness(prev map[audit.PolicyKey]policyReadiness, sums map[audit.PolicyKey]results.Summary, complete bool, now time.Time) readinessDecision {
+	if !complete {
+		return readinessDecision{next: prev}
+	}
+	d := readinessDecision{next: make(map[audit.PolicyKey]policyReadiness, len(sums))}
+	for key, s := range sums {
+		old, had := prev[key]
+		switch {
+		case !had:
+			d.next[key] = policyReadiness{summary: s, since: now}
+			d.events = append(d.events, key)
+			d.changed = append(d.changed, key)
+		case !old.summary.Equal(s):
+			d.next[key] = policyReadiness{summary: s, since: now}
+			if old.summary.SafeToEnforce() != s.SafeToEnforce() {
+				d.events = append(d.events, key)
+			}
+			d.changed = append(d.changed, key)
+		default:
+			d.next[key] = old
+		}
+	}
+	for key := range prev {
+		if _, ok := sums[key]; !ok {
+			d.changed = append(d.changed, key)
+		}
+	}
+	slices.SortFunc(d.events, audit.PolicyKey.Compare)
+	slices.SortFunc(d.changed, audit.PolicyKey.Compare)
+	return d
+}
+
+// readinessCollector exposes each policy's summary at the last complete audit. A policy that is removed, or
+// no longer has results, disappears from the metrics.
+type readinessCollector struct {
+	readiness *readiness
+	results   *prometheus.Desc
+	matched   *prometheus.Desc
+	violating *prometheus.Desc
+	safe      *prometheus.Desc
+}
+
+func newReadinessCollector(r *readiness) *readinessCollector {
+	labels := []string{"source", "policy"}
+	return &readinessCollector{
+		readiness: r,
+		results: prometheus.NewDesc("celaudit_policy_results",
+			"Results of each policy by verdict, at the last complete audit.", append(slices.Clone(labels), "result"), nil),
+		matched: prometheus.NewDesc("celaudit_policy_matched_objects",
+			"Objects with at least one result of the policy, at the last complete audit.", labels, nil),
+		violating: prometheus.NewDesc("celaudit_policy_violating_objects",
+			"Objects with at least one fail or warn result of the policy, at the last complete audit.", labels, nil),
+		safe: prometheus.NewDesc("celaudit_policy_safe_to_enforce",
+			"1 when no object the policy covers fails, warns or errors at the last complete audit, else 0.", labels, nil),
+	}
+}
+
+func (c *readinessCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.results
+	ch <- c.matched
+	ch <- c.violating
+	ch <- c.safe
+}
+
+func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
+	policies := c.readiness.snapshot()
+	for _, key := range slices.SortedFunc(maps.Keys(policies), audit.PolicyKey.Compare) {
+		s := policies[key].summary
+		source, name := string(key.Source), key.Name
+		for _, v := range []struct {
+			verdict audit.Verdict
+			n       int
+		}{{audit.Pass, s.Pass}, {audit.Fail, s.Fail}, {audit.Warn, s.Warn}, {audit.Error, s.Error}, {audit.Skip, s.Skip}} {
+			ch <- prometheus.MustNewConstMetric(c.results, prometheus.GaugeValue, float64(v.n), source, name, string(v.verdict))
+		}
+		ch <- prometheus.MustNewConstMetric(c.matched, prometheus.GaugeValue, float64(s.Matched), source, name)
+		ch <- prometheus.MustNewConstMetric(c.violating, prometheus.GaugeValue, float64(s.Violating), source, name)
+		safe := 0.0
+		if s.SafeToEnforce() {
+			safe = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.safe, prometheus.GaugeValue, safe, source, name)
+	}
+}

@@ -1,0 +1,360 @@
+package controllers
+
+import (
+	"context"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clocktesting "k8s.io/utils/clock/testing"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/results"
+)
+
+func TestDecideReadiness(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0.Add(time.Minute)
+	p, q, a := audit.VAPKey("p"), audit.CRDKey("q"), audit.AuditPolicyKey("a")
+	safe := results.Summary{Matched: 3, Pass: 3}
+	safer := results.Summary{Matched: 4, Pass: 4}
+	failing := results.Summary{Matched: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	erroring := results.Summary{Matched: 3, Pass: 2, Error: 1}
+	cases := []struct {
+		name     string
+		prev     map[audit.PolicyKey]policyReadiness
+		sums     map[audit.PolicyKey]results.Summary
+		complete bool
+		want     readinessDecision
+	}{{
+		name:     "the first complete audit tells every policy, whatever its source",
+		sums:     map[audit.PolicyKey]results.Summary{p: safe, q: failing, a: erroring},
+		complete: true,
+		want: readinessDecision{
+			next: map[audit.PolicyKey]policyReadiness{p: {safe, now}, q: {failing, now}, a: {erroring, now}},
+			// Sorted by source, then name: auditpolicy, crd, vap.
+			events:  []audit.PolicyKey{a, q, p},
+			changed: []audit.PolicyKey{a, q, p},
+		},
+	}, {
+		name:     "an audit under way keeps the previous answer",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{p: safe, q: failing},
+		complete: false,
+		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: {failing, t0}}},
+	}, {
+		name:     "the first audit under way has no answer",
+		complete: false,
+		want:     readinessDecision{},
+	}, {
+		name:     "nothing changed",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{p: {Matched: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}},
+		complete: true,
+		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: {failing, t0}}},
+	}, {
+		name:     "counts change, readiness does not: subscribers are told, no Event",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {safe, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{p: safer},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{p: {safer, now}},
+			changed: []audit.PolicyKey{p},
+		},
+	}, {
+		name:     "a policy stops being safe",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {safe, t0}, q: {safe, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{p: failing, q: safe},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{p: {failing, now}, q: {safe, t0}},
+			events:  []audit.PolicyKey{p},
+			changed: []audit.PolicyKey{p},
+		},
+	}, {
+		name:     "an error alone makes a policy unsafe",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {safe, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{p: erroring},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{p: {erroring, now}},
+			events:  []audit.PolicyKey{p},
+			changed: []audit.PolicyKey{p},
+		},
+	}, {
+		name:     "a policy becomes safe",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{p: safe},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{p: {safe, now}},
+			events:  []audit.PolicyKey{p},
+			changed: []audit.PolicyKey{p},
+		},
+	}, {
+		name:     "a policy without results any more disappears, without an Event",
+		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}, q: {safe, t0}},
+		sums:     map[audit.PolicyKey]results.Summary{q: safe},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{q: {safe, t0}},
+			changed: []audit.PolicyKey{p},
+		},
+	}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got := decideReadiness(tc.prev, tc.sums, tc.complete, now)
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("decideReadiness =\n %+v\nwant\n %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestReadinessNote(t *testing.T) {
+	cases := []struct {
+		s    results.Summary
+		want string
+	}{
+		{results.Summary{Matched: 120, Pass: 120}, "0 of 120 matched objects violate the policy (0 fail, 0 warn, 0 error)"},
+		{results.Summary{Matched: 120, Pass: 118, Error: 2}, "0 of 120 matched objects violate the policy (0 fail, 0 warn, 2 error)"},
+		{
+			results.Summary{Matched: 120, Violating: 1, Fail: 2, Namespaces: map[string]int{"team-a": 2}},
+			"1 of 120 matched objects violate the policy (2 fail, 0 warn, 0 error); violations in namespace team-a (2)",
+		},
+		{
+			results.Summary{Matched: 120, Violating: 6, Fail: 4, Warn: 3, Error: 1, Namespaces: map[string]int{"a": 1, "b": 2, "c": 2, "": 2}},
+			"6 of 120 matched objects violate the policy (4 fail, 3 warn, 1 error); most violations in cluster-scoped objects (2), namespace b (2), namespace c (2)",
+		},
+	}
+	for _, tc := range cases {
+		if got := readinessNote(tc.s); got != tc.want {
+			t.Errorf("readinessNote(%+v) =\n %q\nwant\n %q", tc.s, got, tc.want)
+		}
+	}
+}
+
+func TestReadinessCollector(t *testing.T) {
+	r := newReadiness(nil, nil, nil, nil, time.Second, logr.Discard())
+	r.policies = map[audit.PolicyKey]policyReadiness{
+		audit.VAPKey("owners"):              {summary: results.Summary{Matched: 3, Violating: 1, Pass: 3, Fail: 1, Warn: 1, Skip: 2, Namespaces: map[string]int{"n": 2}}},
+		audit.CRDKey("widgets.example.com"): {summary: results.Summary{Matched: 2, Pass: 2}},
+	}
+	want := `
+# HELP celaudit_policy_matched_objects Objects with at least one result of the policy, at the last complete audit.
+# TYPE celaudit_policy_matched_objects gauge
+celaudit_policy_matched_objects{policy="owners",source="vap"} 3
+celaudit_policy_matched_objects{policy="widgets.example.com",source="crd"} 2
+# HELP celaudit_policy_results Results of each policy by verdict, at the last complete audit.
+# TYPE celaudit_policy_results gauge
+celaudit_policy_results{policy="owners",result="error",source="vap"} 0
+celaudit_policy_results{policy="owners",result="fail",source="vap"} 1
+celaudit_policy_results{policy="owners",result="pass",source="vap"} 3
+celaudit_policy_results{policy="owners",result="skip",source="vap"} 2
+celaudit_policy_results{policy="owners",result="warn",source="vap"} 1
+celaudit_policy_results{policy="widgets.example.com",result="error",source="crd"} 0
+celaudit_policy_results{policy="widgets.example.com",result="fail",source="crd"} 0
+celaudit_policy_results{policy="widgets.example.com",result="pass",source="crd"} 2
+celaudit_policy_results{policy="widgets.example.com",result="skip",source="crd"} 0
+celaudit_policy_results{policy="widgets.example.com",result="warn",source="crd"} 0
+# HELP celaudit_policy_safe_to_enforce 1 when no object the policy covers fails, warns or errors at the last complete audit, else 0.
+# TYPE celaudit_policy_safe_to_enforce gauge
+celaudit_policy_safe_to_enforce{policy="owners",source="vap"} 0
+celaudit_policy_safe_to_enforce{policy="widgets.example.com",source="crd"} 1
+# HELP celaudit_policy_violating_objects Objects with at least one fail or warn result of the policy, at the last complete audit.
+# TYPE celaudit_policy_violating_objects gauge
+celaudit_policy_violating_objects{policy="owners",source="vap"} 1
+celaudit_policy_violating_objects{policy="widgets.example.com",source="crd"} 0
+`
+	if err := testutil.CollectAndCompare(newReadinessCollector(r), strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fakeSummaries is a result store whose summaries the test sets, and that counts the calls to Summaries.
+type fakeSummaries struct {
+	mu    sync.Mutex
+	sums  map[audit.PolicyKey]results.Summary
+	calls int
+}
+
+func (f *fakeSummaries) set(sums map[audit.PolicyKey]results.Summary) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sums = sums
+}
+
+func (f *fakeSummaries) Summaries() map[audit.PolicyKey]results.Summary {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	return f.sums
+}
+
+func (f *fakeSummaries) called() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// TestReadinessLoop runs readiness against a fake store and clock: it recomputes at once after a quiet
+// period, then at most once per interval however often it is woken, records an Event when a policy's
+// readiness changes, and decides nothing while the audit is incomplete.
+func TestReadinessLoop(t *testing.T) {
+	const interval = 5 * time.Second
+	clock := clocktesting.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	store := &fakeSummaries{}
+	var settled sync.Map // "settled" -> bool
+	settled.Store("settled", true)
+	reader := fake.NewClientBuilder().WithScheme(Scheme()).WithObjects(
+		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "p"}},
+	).Build()
+	events := &recordedEvents{}
+	r := newReadiness(store, func() bool { v, _ := settled.Load("settled"); return v.(bool) }, reader, events, interval, logr.Discard())
+	r.Clock = clock
+	changes := make(chan []audit.PolicyKey, 10)
+	r.OnChange(func(changed []audit.PolicyKey) { changes <- changed })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- r.Start(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("readiness stopped with %v", err)
+		}
+	}()
+
+	expectChange := func(want ...audit.PolicyKey) {
+		t.Helper()
+		select {
+		case got := <-changes:
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("changed %v, want %v", got, want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no change reported, want %v", want)
+		}
+	}
+	waitForTimer := func() {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for !clock.HasWaiters() {
+			if time.Now().After(deadline) {
+				t.Fatal("readiness never waited for the interval")
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	p, a := audit.VAPKey("p"), audit.AuditPolicyKey("a")
+	failing := results.Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	passing := results.Summary{Matched: 2, Pass: 2}
+
+	// The first change after a quiet period is computed at once: an Event for the VAP, none for the
+	// AuditPolicy, which has no object Events are recorded on.
+	store.set(map[audit.PolicyKey]results.Summary{p: failing, a: passing})
+	r.Changed()
+	expectChange(a, p)
+	if got, complete, at := r.Summary(p); !got.Equal(failing) || !complete || !at.Equal(clock.Now()) {
+		t.Errorf("Summary(p) = %+v, %v, %v; want %+v, true, %v", got, complete, at, failing, clock.Now())
+	}
+
+	// Changes within the interval wait for it, and are computed once.
+	store.set(map[audit.PolicyKey]results.Summary{p: passing, a: passing})
+	r.Changed()
+	waitForTimer()
+	r.Changed()
+	r.Changed()
+	if n := store.called(); n != 1 {
+		t.Fatalf("Summaries called %d times before the interval passed, want 1", n)
+	}
+	clock.Step(interval)
+	expectChange(p)
+	waitForTimer() // woken meanwhile: waits for the next interval, computing nothing now
+	if n := store.called(); n != 2 {
+		t.Fatalf("Summaries called %d times after one interval, want 2", n)
+	}
+
+	// An incomplete audit decides nothing; once it completes, the new answer is recorded.
+	settled.Store("settled", false)
+	store.set(map[audit.PolicyKey]results.Summary{p: failing, a: passing})
+	clock.Step(interval)
+	r.Changed()
+	waitForTimer() // the incomplete recompute is over
+	if n, pending, recorded := store.called(), len(changes), len(events.list()); n != 2 || pending != 0 || recorded != 2 {
+		t.Fatalf("during an incomplete audit: %d calls of Summaries, %d changes reported, %d Events; want 2, 0, 2", n, pending, recorded)
+	}
+	settled.Store("settled", true)
+	clock.Step(interval)
+	expectChange(p)
+
+	want := []string{
+		"Warning NotSafeToEnforce *v1.ValidatingAdmissionPolicy/p: 1 of 2 matched objects violate the policy (1 fail, 0 warn, 0 error); violations in namespace n (1)",
+		"Normal SafeToEnforce *v1.ValidatingAdmissionPolicy/p: 0 of 2 matched objects violate the policy (0 fail, 0 warn, 0 error)",
+		"Warning NotSafeToEnforce *v1.ValidatingAdmissionPolicy/p: 1 of 2 matched objects violate the policy (1 fail, 0 warn, 0 error); violations in namespace n (1)",
+	}
+	if got := events.list(); !reflect.DeepEqual(got, want) {
+		t.Errorf("Events:\n %q\nwant\n %q", got, want)
+	}
+	if got, complete, at := r.Summary(audit.CRDKey("p")); !complete || !got.Equal(results.Summary{}) || !at.Equal(clock.Now()) {
+		t.Errorf("Summary of a policy without results = %+v, %v, %v; want the zero Summary of the last complete audit, true, %v",
+			got, complete, at, clock.Now())
+	}
+}
+
+// startingRescan is a result store during whose Summaries a rescan begins.
+type startingRescan struct {
+	sums    map[audit.PolicyKey]results.Summary
+	settled *bool
+}
+
+func (s startingRescan) Summaries() map[audit.PolicyKey]results.Summary {
+	*s.settled = false
+	return s.sums
+}
+
+// A rescan that begins while the summaries are computed may have changed some of them already: they are not
+// those of a complete audit, and decide nothing.
+func TestReadinessRescanDuringSummaries(t *testing.T) {
+	settled := true
+	store := startingRescan{sums: map[audit.PolicyKey]results.Summary{audit.VAPKey("p"): {Matched: 1, Pass: 1}}, settled: &settled}
+	events := &recordedEvents{}
+	r := newReadiness(store, func() bool { return settled }, nil, events, time.Second, logr.Discard())
+	audits := 0
+	r.OnAudit(func() { audits++ })
+	r.recompute(context.Background())
+	if audits != 0 {
+		t.Errorf("an incomplete audit told %d auditors", audits)
+	}
+	if _, complete, _ := r.Summary(audit.VAPKey("p")); complete || len(events.list()) != 0 {
+		t.Errorf("a summary computed while a rescan began was kept (complete %v) or told (%q)", complete, events.list())
+	}
+}
+
+// staticSummaries is a result store whose summaries never change.
+type staticSummaries map[audit.PolicyKey]results.Summary
+
+func (s staticSummaries) Summaries() map[audit.PolicyKey]results.Summary { return s }
+
+// Every complete audit is told, even when no summary changed: a policy waiting for its first complete audit
+// (one that covers no object, say) has no summary to change.
+func TestReadinessTellsEveryCompleteAudit(t *testing.T) {
+	r := newReadiness(staticSummaries{}, func() bool { return true }, nil, &recordedEvents{}, time.Second, logr.Discard())
+	audits, changes := 0, 0
+	r.OnAudit(func() { audits++ })
+	r.OnChange(func([]audit.PolicyKey) { changes++ })
+	r.recompute(context.Background())
+	r.recompute(context.Background())
+	if audits != 2 || changes != 0 {
+		t.Errorf("two complete audits without summaries: %d audits told, %d changes; want 2, 0", audits, changes)
+	}
+	if s, complete, _ := r.Summary(audit.AuditPolicyKey("empty")); !complete || !s.Equal(results.Summary{}) {
+		t.Errorf("Summary of a policy without results = %+v, %v; want the zero Summary, true", s, complete)
+	}
+}
