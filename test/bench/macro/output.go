@@ -73,8 +73,9 @@ type Result struct {
 	// IdleAuditPolicyEvents counts the AuditPolicy watch events in the idle window: any write of one.
 	IdleAuditPolicyEvents int
 
-	// The AuditPolicies' statuses against the model once the first audit settled, and at the end of the run.
-	StatusAfterFirstAudit, StatusEnd *StatusCheck
+	// The AuditPolicies' statuses against the model once the first audit settled, and at the end of the run;
+	// StatusBaseline in the baseline run, where no AuditPolicy matches anything.
+	StatusAfterFirstAudit, StatusEnd, StatusBaseline *StatusCheck
 
 	Flips []FlipResult
 	Edit  struct {
@@ -278,6 +279,7 @@ func markdown(w io.Writer, r *Result) {
 		p("| AuditPolicy status writes by the operator during the first audit (audit log) | %d |", r.OperatorRequests[phaseFirstAudit].sum(writeVerbs, isAuditPolicyStatus))
 		p("| every AuditPolicy's status (matched, pass, fail, warn, error, skip, SafeToEnforce) equals the model, after the first audit | %s |", statusCheckString(r.StatusAfterFirstAudit, "after operator start"))
 		p("| the same at the end, after the updates and the policy edit | %s |", statusCheckString(r.StatusEnd, "after the check began"))
+		p("| the same in the baseline run (no audited objects: every count 0, SafeToEnforce True) | %s |", statusCheckString(r.StatusBaseline, "after operator start"))
 	}
 	for _, f := range r.Flips {
 		p("| change-to-report latency, %d %s updates at %.1f/s flipping compliance for %s (update response to report event) | p50 **%s**, p99 **%s**, max %s (%d measured, %d never seen, %d failed; summaries match after: %v) |",

@@ -167,6 +167,7 @@ func runBaseline(ctx context.Context, c config, res *Result) error {
 	if cl.aps != nil {
 		// Measured like the main run: once the AuditPolicies' statuses are written too.
 		check := cl.aps.waitStatuses(ctx, cl.model.statuses(nil), op.started, 3*time.Second, c.statusTimeout)
+		res.StatusBaseline = &check
 		logf("baseline AuditPolicy statuses match the model: %v %v", check.Matched, check.Mismatches)
 	}
 	time.Sleep(10 * time.Second) // let the first watches and caches reach their steady state
