@@ -9,6 +9,7 @@ CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO_TEST_FLAGS ?= -count=1
 BENCH_OBJECTS ?= 10000
+BENCH_AUDIT_POLICIES ?= 0
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -63,7 +64,7 @@ test: envtest ## Run unit tests and the envtest integration tests against a real
 
 .PHONY: bench
 bench: envtest ## Run the micro and macro benchmarks and record them in BENCHMARKS.md.
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=$(BENCH_OBJECTS) hack/bench.sh
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=$(BENCH_OBJECTS) BENCH_AUDIT_POLICIES="$(BENCH_AUDIT_POLICIES)" hack/bench.sh
 
 ##@ Build
 

@@ -185,6 +185,7 @@ func (c *counts) sub(o counts) {
 type model struct {
 	purpleAllowed bool // the widget color policy after the edit
 	namespaces    int
+	auditPolicies int // AuditPolicies created beside the ValidatingAdmissionPolicies
 }
 
 // verdictOf counts one result: a pass when ok, else a fail for a [Deny] binding or a CRD rule, a warn for
@@ -243,17 +244,29 @@ func deploymentReplicas(o *object) int64 {
 	return int64(o.i%3 + 1)
 }
 
-// expected sums the model over every object plus the Limits param objects (audited against their CRD's
-// schema: one pass each). violating counts objects with at least one fail or warn.
+// expectAuditPolicies returns the results the AuditPolicies must give o.
+func (m model) expectAuditPolicies(o *object) (c counts) {
+	for _, a := range auditPolicies(m.auditPolicies) {
+		if r, ok := a.spec.eval(m, o); ok {
+			c.add(r)
+		}
+	}
+	return c
+}
+
+// expected sums the model over every object, the ValidatingAdmissionPolicies' and the AuditPolicies' results,
+// plus the Limits param objects and the AuditPolicy objects (each audited against its CRD's schema: one pass
+// each). violating counts objects with at least one fail or warn.
 func (m model) expected(objs []*object) (total counts, violating int) {
 	for _, o := range objs {
 		c := m.expect(o)
+		c.add(m.expectAuditPolicies(o))
 		total.add(c)
 		if c.Fail+c.Warn > 0 {
 			violating++
 		}
 	}
-	total.Pass += m.namespaces
+	total.Pass += m.namespaces + m.auditPolicies
 	return total, violating
 }
 
@@ -485,7 +498,8 @@ func setupCluster(ctx context.Context, c client.Client, namespaces int) error {
 	}
 	objs := []client.Object{
 		&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: paramsNS}},
-		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: paramsNS, Name: paramCM}, Data: map[string]string{"max": strconv.Itoa(paramCMMax)}},
+		&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: paramsNS, Name: paramCM, Labels: map[string]string{paramLabel: "limits"}},
+			Data: map[string]string{"max": strconv.Itoa(paramCMMax)}},
 	}
 	for i := range namespaces {
 		tier := "dev"

@@ -43,6 +43,8 @@ type config struct {
 	goals         string
 	micro         string
 	profile       string
+	auditPolicies int
+	statusTimeout time.Duration
 }
 
 func main() {
@@ -64,9 +66,15 @@ func main() {
 	flag.StringVar(&c.operatorEnv, "operator-env", "", "Extra environment for celaudit, space-separated NAME=value pairs (e.g. GOMEMLIMIT=200MiB).")
 	flag.StringVar(&c.goals, "goals", "", "Instead of measuring: comma-separated JSON records to summarize against the product goals.")
 	flag.StringVar(&c.profile, "profile", "", "Run the main measurement with a profiling build of celaudit (test/bench/profiled) and write the CPU profile of the first audit and a heap profile after it to this directory.")
+	flag.IntVar(&c.auditPolicies, "audit-policies", 0, "AuditPolicies (enforcement Audit) to create beside the ValidatingAdmissionPolicies: ten distinct ones, repeated under new names past ten. Their statuses are checked against the model.")
+	flag.DurationVar(&c.statusTimeout, "status-timeout", 2*time.Minute, "Give up waiting for the AuditPolicies' statuses to equal the model after this long.")
 	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
+	if c.auditPolicies < 0 {
+		fmt.Fprintln(os.Stderr, "macro: -audit-policies must not be negative")
+		os.Exit(2)
+	}
 
 	var err error
 	switch {

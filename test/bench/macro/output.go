@@ -18,18 +18,20 @@ import (
 
 // Result is one macro run's measurements.
 type Result struct {
-	Command     string
-	Code        string // the commit the operator was built from
-	Profiled    bool
-	Machine     Machine
-	Objects     int
-	Namespaces  int
-	Kinds       map[string]int
-	CRDs        int
-	VAPs        int
-	Bindings    int
-	IdleSeconds float64
-	Concurrency int
+	Command    string
+	Code       string // the commit the operator was built from
+	Profiled   bool
+	Machine    Machine
+	Objects    int
+	Namespaces int
+	Kinds      map[string]int
+	CRDs       int
+	VAPs       int
+	Bindings   int
+	// AuditPolicies in Audit created beside the ValidatingAdmissionPolicies.
+	AuditPolicies int
+	IdleSeconds   float64
+	Concurrency   int
 
 	ViolatingObjects int
 	Expected         counts
@@ -68,6 +70,12 @@ type Result struct {
 	OperatorRequests map[string]requests
 	Phases           []string
 	IdleReportEvents int
+	// IdleAuditPolicyEvents counts the AuditPolicy watch events in the idle window: any write of one.
+	IdleAuditPolicyEvents int
+
+	// The AuditPolicies' statuses against the model once the first audit settled, and at the end of the run;
+	// StatusBaseline in the baseline run, where no AuditPolicy matches anything.
+	StatusAfterFirstAudit, StatusEnd, StatusBaseline *StatusCheck
 
 	Flips []FlipResult
 	Edit  struct {
@@ -205,7 +213,7 @@ func writeResult(c config, r *Result) error {
 
 func markdown(w io.Writer, r *Result) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	p("### N = %s audited objects", thousands(r.Objects))
+	p("### N = %s audited objects%s", thousands(r.Objects), apSuffix(r))
 	p("")
 	p("`%s` — %s; operator built from %s; %d CPUs (`nproc`), %s, %s; load average at start %s (other builds share the machine).",
 		r.Command, r.Machine.Date, r.Code, r.Machine.NProc, r.Machine.MemTotal, r.Machine.CPUModel, r.Machine.LoadAvg)
@@ -222,8 +230,8 @@ func markdown(w io.Writer, r *Result) {
 	p("Cluster: %s across %d namespaces (plus %d `Limits` param objects, audited against their CRD's schema); "+
 		"%d CRDs (widgets with rules in 2 served versions, gadgets with a rule, limits), %d ValidatingAdmissionPolicies with %d bindings "+
 		"(params from a ConfigMap and from a CRD, namespace and object selectors, a matchCondition, namespaceObject; "+
-		"[Deny], [Warn, Audit] and [Audit]). %s objects violate a rule. Created in %s (%.0f objects/s, %d goroutines).",
-		strings.Join(kinds, ", "), r.Namespaces, r.Namespaces, r.CRDs, r.VAPs, r.Bindings,
+		"[Deny], [Warn, Audit] and [Audit]); %s. %s objects violate a rule. Created in %s (%.0f objects/s, %d goroutines).",
+		strings.Join(kinds, ", "), r.Namespaces, r.Namespaces, r.CRDs, r.VAPs, r.Bindings, apDescription(r.AuditPolicies),
 		thousands(r.ViolatingObjects), secs(r.CreateSeconds), float64(r.Objects)/max(r.CreateSeconds, 1e-9), r.Concurrency)
 	p("")
 	p("| measure | value |")
@@ -263,6 +271,16 @@ func markdown(w io.Writer, r *Result) {
 	p("| idle %s: report writes / LIST calls by the operator (audit log) / report events | %d / %d / %d (all clients, metrics: %d / %d) |", idleString(r),
 		r.OperatorRequests[phaseIdle].sum(writeVerbs, isReport), r.OperatorRequests[phaseIdle].sum([]string{"LIST"}, nil), r.IdleReportEvents,
 		r.Requests[phaseIdle].sum(writeVerbs, isReport), r.Requests[phaseIdle].sum([]string{"LIST"}, nil))
+	if r.AuditPolicies > 0 {
+		p("| idle %s: AuditPolicy status writes / other AuditPolicy writes by the operator (audit log) / AuditPolicy watch events | %d / %d / %d (all clients, metrics: %d) |", idleString(r),
+			r.OperatorRequests[phaseIdle].sum(writeVerbs, isAuditPolicyStatus),
+			r.OperatorRequests[phaseIdle].sum(writeVerbs, isAuditPolicy)-r.OperatorRequests[phaseIdle].sum(writeVerbs, isAuditPolicyStatus),
+			r.IdleAuditPolicyEvents, r.Requests[phaseIdle].sum(writeVerbs, isAuditPolicy))
+		p("| AuditPolicy status writes by the operator during the first audit (audit log) | %d |", r.OperatorRequests[phaseFirstAudit].sum(writeVerbs, isAuditPolicyStatus))
+		p("| every AuditPolicy's status (matched, pass, fail, warn, error, skip, SafeToEnforce) equals the model, after the first audit | %s |", statusCheckString(r.StatusAfterFirstAudit, "after operator start"))
+		p("| the same at the end, after the updates and the policy edit | %s |", statusCheckString(r.StatusEnd, "after the check began"))
+		p("| the same in the baseline run (no audited objects: every count 0, SafeToEnforce True) | %s |", statusCheckString(r.StatusBaseline, "after operator start"))
+	}
 	for _, f := range r.Flips {
 		p("| change-to-report latency, %d %s updates at %.1f/s flipping compliance for %s (update response to report event) | p50 **%s**, p99 **%s**, max %s (%d measured, %d never seen, %d failed; summaries match after: %v) |",
 			f.Count, f.Kind, f.AchievedRate, f.Policy, secs(f.P50), secs(f.P99), secs(f.Max), f.Measured, f.Unseen, f.Failed, f.SummariesMatch)
@@ -278,6 +296,33 @@ func markdown(w io.Writer, r *Result) {
 		r.ReportsAfterFirstAudit.Count, thousands(r.ReportsAfterFirstAudit.Bytes), thousands(r.ReportsAfterFirstAudit.Listed),
 		r.ReportsEnd.Count, thousands(r.ReportsEnd.Bytes), thousands(r.ReportsEnd.Listed))
 	p("| operator CPU, whole run | %s |", secs(r.TotalCPUSeconds))
+	if c := r.StatusAfterFirstAudit; c != nil && len(c.Expected) > 0 {
+		p("")
+		p("AuditPolicy statuses after the first audit, expected by the model (a status that differs is shown as got ≠ want):")
+		p("")
+		p("| AuditPolicy | matched | pass | warn | error | fail / skip | SafeToEnforce |")
+		p("| --- | --- | --- | --- | --- | --- | --- |")
+		names := make([]string, 0, len(c.Expected))
+		for n := range c.Expected {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		for _, n := range names {
+			w, g := c.Expected[n], c.Got[n]
+			cell := func(want, got int) string {
+				if want == got {
+					return thousands(want)
+				}
+				return fmt.Sprintf("**%s ≠ %s**", thousands(got), thousands(want))
+			}
+			safe := w.SafeToEnforce
+			if g.SafeToEnforce != w.SafeToEnforce {
+				safe = fmt.Sprintf("**%q ≠ %s**", g.SafeToEnforce, w.SafeToEnforce)
+			}
+			p("| %s | %s | %s | %s | %s | %s / %s | %s |", n, cell(w.Matched, g.Matched), cell(w.Pass, g.Pass), cell(w.Warn, g.Warn),
+				cell(w.Error, g.Error), cell(w.Fail, g.Fail), cell(w.Skip, g.Skip), safe)
+		}
+	}
 	p("")
 	p("LIST time per resource (median run):")
 	p("")
@@ -310,6 +355,34 @@ func markdown(w io.Writer, r *Result) {
 		}
 	}
 	p("")
+}
+
+// apSuffix names the AuditPolicies of a run in headings and goal rows.
+func apSuffix(r *Result) string {
+	if r.AuditPolicies == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" + %d AuditPolicies", r.AuditPolicies)
+}
+
+func apDescription(n int) string {
+	if n == 0 {
+		return "no AuditPolicies"
+	}
+	return fmt.Sprintf("**%d AuditPolicies** in Audit over the same resources (5 converted from those policies with "+
+		"`auditpolicy.FromAdmission`, 5 written directly: params by name, by the object's namespace and by label selector, "+
+		"namespace and object selectors, a variable, a matchCondition, two validations, one that errors on some objects; "+
+		"past ten they repeat under new names)", n)
+}
+
+func statusCheckString(c *StatusCheck, since string) string {
+	switch {
+	case c == nil:
+		return "not checked"
+	case c.Matched:
+		return fmt.Sprintf("yes (statuses last changed %s %s)", secs(c.Seconds), since)
+	}
+	return fmt.Sprintf("**NO**: %s", strings.Join(c.Mismatches, "; "))
 }
 
 func requestTable(p func(string, ...any), r *Result, by map[string]requests) {
@@ -373,7 +446,12 @@ func readResults(files string) ([]*Result, error) {
 		}
 		out = append(out, r)
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Objects < out[j].Objects })
+	sort.SliceStable(out, func(i, j int) bool {
+		if out[i].Objects != out[j].Objects {
+			return out[i].Objects < out[j].Objects
+		}
+		return out[i].AuditPolicies < out[j].AuditPolicies
+	})
 	return out, nil
 }
 
@@ -397,9 +475,8 @@ func writeGoals(c config) error {
 	p("| goal | N | measured | verdict |")
 	p("| --- | --- | --- | --- |")
 	for _, r := range rs {
-		n := thousands(r.Objects)
 		ratio := r.FirstAuditSeconds / max(r.ListSeconds, 1e-9)
-		p("| first-audit <= 1.5× list | %s | %s / %s = %.2f× | %s |", n, secs(r.FirstAuditSeconds), secs(r.ListSeconds), ratio, met(ratio <= 1.5 && r.SummariesMatch))
+		p("| first-audit <= 1.5× list | %s | %s / %s = %.2f× | %s |", runLabel(r), secs(r.FirstAuditSeconds), secs(r.ListSeconds), ratio, met(ratio <= 1.5 && r.SummariesMatch))
 	}
 	for _, r := range rs {
 		n := thousands(r.Objects)
@@ -408,27 +485,80 @@ func writeGoals(c config) error {
 			scope = " (the goal is stated at 100,000)"
 		}
 		p("| RSS <= 1 KiB per audited object above the empty baseline | %s | (%s − %s) / %s = %.0f B%s | %s |",
-			n, mib(r.End.HWM), mib(r.Baseline.HWM), n, r.BytesPerObject, scope, met(r.Baseline.HWM > 0 && r.BytesPerObject <= 1024))
+			runLabel(r), mib(r.End.HWM), mib(r.Baseline.HWM), n, r.BytesPerObject, scope, met(r.Baseline.HWM > 0 && r.BytesPerObject <= 1024))
 	}
 	for _, r := range rs {
 		writes := r.OperatorRequests[phaseIdle].sum(writeVerbs, isReport)
 		lists := r.OperatorRequests[phaseIdle].sum([]string{"LIST"}, nil)
-		p("| zero report writes and no LIST calls while idle (%s) | %s | operator: %d report writes, %d LISTs (all clients: %d, %d) | %s |",
-			idleString(r), thousands(r.Objects), writes, lists, r.Requests[phaseIdle].sum(writeVerbs, isReport),
-			r.Requests[phaseIdle].sum([]string{"LIST"}, nil), met(r.OperatorRequests != nil && writes == 0 && lists == 0))
+		if r.AuditPolicies == 0 {
+			p("| zero report writes and no LIST calls while idle (%s) | %s | operator: %d report writes, %d LISTs (all clients: %d, %d) | %s |",
+				idleString(r), runLabel(r), writes, lists, r.Requests[phaseIdle].sum(writeVerbs, isReport),
+				r.Requests[phaseIdle].sum([]string{"LIST"}, nil), met(r.OperatorRequests != nil && writes == 0 && lists == 0))
+			continue
+		}
+		apWrites := r.OperatorRequests[phaseIdle].sum(writeVerbs, isAuditPolicy)
+		p("| zero report writes, AuditPolicy status writes and LIST calls while idle (%s) | %s | operator: %d report writes, %d AuditPolicy writes, %d LISTs (all clients: %d, %d, %d; %d AuditPolicy events) | %s |",
+			idleString(r), runLabel(r), writes, apWrites, lists, r.Requests[phaseIdle].sum(writeVerbs, isReport),
+			r.Requests[phaseIdle].sum(writeVerbs, isAuditPolicy), r.Requests[phaseIdle].sum([]string{"LIST"}, nil), r.IdleAuditPolicyEvents,
+			met(r.OperatorRequests != nil && writes == 0 && apWrites == 0 && lists == 0 && r.IdleAuditPolicyEvents == 0))
 	}
 	for _, r := range rs {
 		for _, f := range r.Flips {
 			ok := f.Measured > 0 && f.P99 < 2 && f.Unseen == 0 && f.Failed == 0
 			p("| change-to-report p99 < 2 s at 50 changes/s | %s | %s updates (%s): p99 %s, p50 %s over %d updates at %.1f/s, %d never seen | %s |",
-				thousands(r.Objects), f.Kind, f.Policy, secs(f.P99), secs(f.P50), f.Count, f.AchievedRate, f.Unseen, met(ok))
+				runLabel(r), f.Kind, f.Policy, secs(f.P99), secs(f.P50), f.Count, f.AchievedRate, f.Unseen, met(ok))
 		}
 	}
 	for _, r := range rs {
 		p("| policy edit to complete reports within 2× list of the affected kinds | %s | %s / %s (widgets) = %.2f× | %s |",
-			thousands(r.Objects), secs(r.Edit.Seconds), secs(r.ListWidgetsSeconds), r.Edit.Ratio, met(r.Edit.Matched && r.Edit.Ratio <= 2))
+			runLabel(r), secs(r.Edit.Seconds), secs(r.ListWidgetsSeconds), r.Edit.Ratio, met(r.Edit.Matched && r.Edit.Ratio <= 2))
+	}
+	for _, r := range rs {
+		if r.AuditPolicies == 0 {
+			continue
+		}
+		for _, c := range []struct {
+			when  string
+			check *StatusCheck
+		}{{"after the first audit", r.StatusAfterFirstAudit}, {"at the end", r.StatusEnd}} {
+			measured := "not checked"
+			if c.check != nil {
+				measured = fmt.Sprintf("%d of %d equal", len(c.check.Expected)-len(c.check.Mismatches), len(c.check.Expected))
+			}
+			p("| every AuditPolicy status equals the model %s | %s | %s | %s |", c.when, runLabel(r), measured, met(c.check != nil && c.check.Matched))
+		}
+	}
+	for _, pair := range auditPolicyPairs(rs) {
+		with, without := pair[0], pair[1]
+		rw := with.FirstAuditSeconds / max(with.ListSeconds, 1e-9)
+		ro := without.FirstAuditSeconds / max(without.ListSeconds, 1e-9)
+		p("| with %d AuditPolicies, first-audit / list within 10%% of the run without | %s | %.2f× / %.2f× = %+.0f%% | %s |",
+			with.AuditPolicies, thousands(with.Objects), rw, ro, 100*(rw/max(ro, 1e-9)-1), met(rw <= 1.1*ro))
+		p("| with %d AuditPolicies, RSS per audited object within 10%% of the run without | %s | %.0f B / %.0f B = %+.0f%% | %s |",
+			with.AuditPolicies, thousands(with.Objects), with.BytesPerObject, without.BytesPerObject,
+			100*(with.BytesPerObject/max(without.BytesPerObject, 1e-9)-1), met(with.BytesPerObject <= 1.1*without.BytesPerObject))
 	}
 	return nil
+}
+
+// runLabel names a run in the goals table: its object count, and its AuditPolicies if any.
+func runLabel(r *Result) string { return thousands(r.Objects) + apSuffix(r) }
+
+// auditPolicyPairs pairs each run with AuditPolicies with the run without any at the same object count.
+func auditPolicyPairs(rs []*Result) [][2]*Result {
+	var out [][2]*Result
+	for _, with := range rs {
+		if with.AuditPolicies == 0 {
+			continue
+		}
+		for _, without := range rs {
+			if without.AuditPolicies == 0 && without.Objects == with.Objects {
+				out = append(out, [2]*Result{with, without})
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Micro benchmarks.

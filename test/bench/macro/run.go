@@ -40,7 +40,9 @@ type cluster struct {
 	objects    []*object
 	model      model
 	reports    *reports
-	cancel     context.CancelFunc
+	// aps follows the AuditPolicies' statuses; nil without AuditPolicies.
+	aps    *auditPolicyWatch
+	cancel context.CancelFunc
 }
 
 // prepare starts a control plane and stores the cluster of n objects: CRDs without rules, namespaces,
@@ -50,7 +52,7 @@ func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error
 	if err != nil {
 		return nil, err
 	}
-	cl := &cluster{env: env, auditLog: auditLog, model: model{namespaces: c.namespaces}}
+	cl := &cluster{env: env, auditLog: auditLog, model: model{namespaces: c.namespaces, auditPolicies: c.auditPolicies}}
 	ok := false
 	defer func() {
 		if !ok {
@@ -103,6 +105,10 @@ func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error
 		return nil, err
 	}
 	res.CRDs = 3
+	if err := installAuditPolicies(ctx, cl.client, auditPolicies(c.auditPolicies)); err != nil {
+		return nil, err
+	}
+	res.AuditPolicies = c.auditPolicies
 	// Policies and CRD rule changes take effect in the API server asynchronously; nothing below writes an
 	// object they could reject until the flip phase, which writes compliant values only.
 	wctx, cancel := context.WithCancel(ctx)
@@ -110,6 +116,12 @@ func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error
 	cl.reports = newReports()
 	if err := cl.reports.watch(wctx, cl.dyn); err != nil {
 		return nil, err
+	}
+	if c.auditPolicies > 0 {
+		cl.aps = newAuditPolicyWatch()
+		if err := cl.aps.watch(wctx, cl.dyn); err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	return cl, nil
@@ -152,6 +164,12 @@ func runBaseline(ctx context.Context, c config, res *Result) error {
 		return fmt.Errorf("baseline reports did not settle: summaries %+v, want %+v; %w", got, want, op.running())
 	}
 	res.BaselineSettleSeconds = last.Sub(op.started).Seconds()
+	if cl.aps != nil {
+		// Measured like the main run: once the AuditPolicies' statuses are written too.
+		check := cl.aps.waitStatuses(ctx, cl.model.statuses(nil), op.started, 3*time.Second, c.statusTimeout)
+		res.StatusBaseline = &check
+		logf("baseline AuditPolicy statuses match the model: %v %v", check.Matched, check.Mismatches)
+	}
 	time.Sleep(10 * time.Second) // let the first watches and caches reach their steady state
 	m, err := op.memory()
 	if err != nil {
@@ -313,6 +331,15 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		return err
 	}
 	res.ReportsAfterFirstAudit.Count, res.ReportsAfterFirstAudit.Bytes, res.ReportsAfterFirstAudit.Listed = cl.reports.size()
+	if cl.aps != nil {
+		// The statuses are part of the first audit's writes: the idle window starts once they are settled.
+		check := cl.aps.waitStatuses(ctx, cl.model.statuses(cl.objects), op.started, 3*time.Second, c.statusTimeout)
+		res.StatusAfterFirstAudit = &check
+		logf("AuditPolicy statuses after the first audit: match %v, last change %.2fs after start %v", check.Matched, check.Seconds, check.Mismatches)
+		if !check.Matched {
+			res.Errors = append(res.Errors, fmt.Sprintf("AuditPolicy statuses after the first audit differ from the model: %s", strings.Join(check.Mismatches, "; ")))
+		}
+	}
 	m1, err := cl.metrics.scrape(ctx)
 	if err != nil {
 		return err
@@ -330,6 +357,7 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	// Idle.
 	logf("idle for %s", c.idle)
 	_, _, eventsBefore := cl.reports.snapshot()
+	statusEventsBefore := cl.auditPolicyEvents()
 	i0, err := cl.metrics.scrape(ctx)
 	if err != nil {
 		return err
@@ -348,8 +376,10 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	cl.mark(phaseIdle, start)
 	res.Requests[phaseIdle] = delta(i0, i1)
 	res.IdleReportEvents = eventsAfter - eventsBefore
-	logf("idle: %d report events, %d report writes, %d LISTs", res.IdleReportEvents,
-		res.Requests[phaseIdle].sum(writeVerbs, isReport), res.Requests[phaseIdle].sum([]string{"LIST"}, nil))
+	res.IdleAuditPolicyEvents = cl.auditPolicyEvents() - statusEventsBefore
+	logf("idle: %d report events, %d report writes, %d LISTs, %d AuditPolicy events, %d AuditPolicy writes", res.IdleReportEvents,
+		res.Requests[phaseIdle].sum(writeVerbs, isReport), res.Requests[phaseIdle].sum([]string{"LIST"}, nil),
+		res.IdleAuditPolicyEvents, res.Requests[phaseIdle].sum(writeVerbs, isAuditPolicy))
 
 	// Change-to-report latency: Deployments (a policy whose param kind is a CRD) and ConfigMaps (a policy
 	// whose param kind is ConfigMap, the kind being changed).
@@ -368,6 +398,17 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	// Policy edit.
 	if err := measureEdit(ctx, cl, res); err != nil {
 		return err
+	}
+
+	if cl.aps != nil {
+		// After the updates and the edit: the statuses follow the objects the updates changed.
+		checked := time.Now()
+		check := cl.aps.waitStatuses(ctx, cl.model.statuses(cl.objects), checked, 3*time.Second, c.statusTimeout)
+		res.StatusEnd = &check
+		logf("AuditPolicy statuses at the end: match %v %v", check.Matched, check.Mismatches)
+		if !check.Matched {
+			res.Errors = append(res.Errors, fmt.Sprintf("AuditPolicy statuses at the end differ from the model: %s", strings.Join(check.Mismatches, "; ")))
+		}
 	}
 
 	if err := op.running(); err != nil {
@@ -391,7 +432,21 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	for _, e := range cl.reports.errors() {
 		res.Errors = append(res.Errors, e.Error())
 	}
+	if cl.aps != nil {
+		for _, e := range cl.aps.errors() {
+			res.Errors = append(res.Errors, e.Error())
+		}
+	}
 	return nil
+}
+
+// auditPolicyEvents returns the number of AuditPolicy events seen so far; 0 without AuditPolicies.
+func (cl *cluster) auditPolicyEvents() int {
+	if cl.aps == nil {
+		return 0
+	}
+	_, _, n := cl.aps.snapshot()
+	return n
 }
 
 func addKind(m map[string]int, k string) map[string]int {
