@@ -9,25 +9,25 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/results"
 )
 
 // Reasons of the AuditPolicy conditions and Events.
 const (
-	ReasonCompiled          = "Compiled"
-	ReasonAuditOnly         = "AuditOnly"
-	ReasonRegistered        = "Registered"
-	ReasonRegisterFailed    = "RegisterFailed"
-	ReasonNameTaken         = "NameTaken"
-	ReasonManagementOff     = "ManagementDisabled"
-	ReasonNoViolations      = "NoViolations"
-	ReasonViolations        = "Violations"
-	ReasonAuditPending      = "AuditPending"
-	ReasonPromoted          = "Promoted"
-	ReasonPromotionFailed   = "PromotionFailed"
-	maxConditionMessage     = 4096
-	topViolatingNamespaces  = 10
-	conditionMessageElision = " …"
+	ReasonCompiled         = "Compiled"
+	ReasonAuditOnly        = "AuditOnly"
+	ReasonRegistered       = "Registered"
+	ReasonRegisterFailed   = "RegisterFailed"
+	ReasonNameTaken        = "NameTaken"
+	ReasonManagementOff    = "ManagementDisabled"
+	ReasonNoViolations     = "NoViolations"
+	ReasonViolations       = "Violations"
+	ReasonAuditPending     = "AuditPending"
+	ReasonPromoted         = "Promoted"
+	ReasonPromotionFailed  = "PromotionFailed"
+	maxConditionMessage    = 4096
+	topViolatingNamespaces = 10
 )
 
 // auditPolicyObservation is what the reconciler gathered about one AuditPolicy: the inputs of its status.
@@ -54,7 +54,7 @@ func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = ap.Generation
 		c.LastTransitionTime = metav1.NewTime(now)
-		c.Message = truncateMessage(c.Message)
+		c.Message = report.TruncateMessage(c.Message, maxConditionMessage)
 		meta.SetStatusCondition(&st.Conditions, c)
 	}
 	set(compiledCondition(o.problems))
@@ -110,20 +110,6 @@ func safeToEnforceCondition(s results.Summary) metav1.Condition {
 		Message: fmt.Sprintf("%d of %d matched objects violate the policy; %d fail, %d warn and %d error results",
 			s.Violating, s.Matched, s.Fail, s.Warn, s.Error)}
 }
-
-func truncateMessage(m string) string {
-	if len(m) <= maxConditionMessage {
-		return m
-	}
-	cut := maxConditionMessage - len(conditionMessageElision)
-	for cut > 0 && !utf8Start(m[cut]) {
-		cut--
-	}
-	return m[:cut] + conditionMessageElision
-}
-
-// utf8Start reports whether b starts a UTF-8 sequence.
-func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // promotionDue returns the enforcement ap's promotion moves it to at now, or "" and how long until it may
 // (0 when it never will as things stand). Promotion only moves forward, and only once SafeToEnforce has been

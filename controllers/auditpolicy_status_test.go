@@ -163,13 +163,15 @@ func TestPromotionDue(t *testing.T) {
 	}
 }
 
-func TestTruncateMessage(t *testing.T) {
+func TestDesiredStatusBoundsMessages(t *testing.T) {
 	long := strings.Repeat("é", maxConditionMessage)
-	got := truncateMessage(long)
-	if len(got) > maxConditionMessage || !strings.HasSuffix(got, conditionMessageElision) || !strings.HasPrefix(got, "éé") {
-		t.Errorf("truncated to %d bytes, suffix %q", len(got), got[len(got)-8:])
-	}
-	if truncateMessage("short") != "short" {
-		t.Error("a short message is changed")
+	st := desiredStatus(auditPolicyAt(1), auditPolicyObservation{problems: []string{long}}, t1)
+	for _, c := range st.Conditions {
+		if len(c.Message) > maxConditionMessage {
+			t.Errorf("%s message has %d bytes, more than %d", c.Type, len(c.Message), maxConditionMessage)
+		}
+		if c.Type == v1alpha1.ConditionCompiled && !strings.HasPrefix(c.Message, "éé") {
+			t.Errorf("Compiled message %q does not keep the start of the problem", c.Message[:8])
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/report"
 )
 
 const (
@@ -17,9 +18,6 @@ const (
 	// LabelAuditPolicy marks the ValidatingAdmissionPolicy and binding celaudit registers for an AuditPolicy;
 	// its value is the AuditPolicy's name. celaudit audits such a policy under the AuditPolicy's name only.
 	LabelAuditPolicy = "audit.celaudit.io/auditpolicy"
-	// LabelManagedBy and ManagedByValue mark every object celaudit writes.
-	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedByValue = "celaudit"
 	// AnnotationDescription carries spec.description on the registered policy.
 	AnnotationDescription = "audit.celaudit.io/description"
 )
@@ -51,7 +49,7 @@ type Admission struct {
 func ToAdmission(ap *v1alpha1.AuditPolicy) Admission {
 	name := AdmissionName(ap.Name)
 	spec := ap.Spec.DeepCopy()
-	labels := map[string]string{LabelAuditPolicy: ap.Name, LabelManagedBy: ManagedByValue}
+	labels := map[string]string{LabelAuditPolicy: ap.Name, report.ManagedByLabel: report.ManagedByValue}
 	annotations := map[string]string{}
 	// celaudit's own annotations on the AuditPolicy (rescan, resync interval) steer its audit as they steer a
 	// policy's; the spec's report metadata overrides theirs.

@@ -9,6 +9,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/internal/report"
 )
 
 // fullPolicy returns an AuditPolicy with every field set, modified by opts.
@@ -121,7 +122,7 @@ func TestOwned(t *testing.T) {
 			!ptr.Deref(m.OwnerReferences[0].Controller, false) {
 			t.Errorf("%s owner references = %+v", m.Name, m.OwnerReferences)
 		}
-		if m.Labels[LabelManagedBy] != ManagedByValue {
+		if m.Labels[report.ManagedByLabel] != report.ManagedByValue {
 			t.Errorf("%s labels = %v", m.Name, m.Labels)
 		}
 	}

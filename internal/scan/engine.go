@@ -349,16 +349,13 @@ func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
 func (e *Engine) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
 	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
 	o := engine.NewObject(gvr, obj)
-	res := make([][]audit.Result, len(policies))
-	for i, p := range policies {
-		res[i] = o.Evaluate(ctx, p)
-	}
-	e.live.RLock()
-	defer e.live.RUnlock()
-	for i, p := range policies {
+	for _, p := range policies {
+		res := o.Evaluate(ctx, p) // outside the lock: a policy change never waits for an evaluation
+		e.live.RLock()
 		if e.covers(p.Key(), gvr) {
-			e.sink.Set(p.Key(), key, obj.GetNamespace(), res[i])
+			e.sink.Set(p.Key(), key, obj.GetNamespace(), res)
 		}
+		e.live.RUnlock()
 	}
 }
 
