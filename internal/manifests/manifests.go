@@ -1,0 +1,333 @@
+package manifests
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+)
+
+// Stdin is the path that stands for standard input.
+const Stdin = "-"
+
+// Source is where an object was read: a file ("-" for standard input) and the line its document starts on.
+type Source struct {
+	File string
+	Line int
+}
+
+func (s Source) String() string {
+	name := s.File
+	if name == Stdin {
+		name = "<stdin>"
+	}
+	return name + ":" + strconv.Itoa(s.Line)
+}
+
+// Object is one object read from the inputs.
+type Object struct {
+	*unstructured.Unstructured
+	Source Source
+}
+
+// Error is a problem with the inputs: a file that cannot be read, a document that does not parse or is not
+// a Kubernetes object. Its message starts with the file and line.
+type Error struct {
+	Source Source
+	Err    error
+}
+
+func (e *Error) Error() string { return e.Source.String() + ": " + e.Err.Error() }
+func (e *Error) Unwrap() error { return e.Err }
+
+// Reader reads objects from paths.
+type Reader struct {
+	// Stdin is read for the path "-" (at most once: a second "-" is an error).
+	Stdin io.Reader
+}
+
+// Files returns the files paths stand for, in order: a directory stands for the manifest files under it in
+// lexical order (hidden entries skipped), "-" for standard input. A path that does not exist is an error; so
+// is a directory without manifest files, which is almost always a wrong path.
+func Files(paths []string) ([]string, error) {
+	var out []string
+	stdin := false
+	for _, p := range paths {
+		if p == Stdin {
+			if stdin {
+				return nil, &Error{Source: Source{File: Stdin}, Err: errors.New("standard input given twice")}
+			}
+			stdin = true
+			out = append(out, p)
+			continue
+		}
+		info, err := os.Stat(p)
+		if err != nil {
+			return nil, &Error{Source: Source{File: p}, Err: pathError(err)}
+		}
+		if !info.IsDir() {
+			out = append(out, p)
+			continue
+		}
+		n := len(out)
+		err = filepath.WalkDir(p, func(path string, d fs.DirEntry, err error) error {
+			if err != nil {
+				return &Error{Source: Source{File: path}, Err: pathError(err)}
+			}
+			if path != p && strings.HasPrefix(d.Name(), ".") {
+				if d.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+			if !d.IsDir() && isManifest(path) {
+				out = append(out, path)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if len(out) == n {
+			return nil, &Error{Source: Source{File: p}, Err: errors.New("directory holds no .yaml, .yml or .json files")}
+		}
+	}
+	return out, nil
+}
+
+func isManifest(path string) bool {
+	switch strings.ToLower(filepath.Ext(path)) {
+	case ".yaml", ".yml", ".json":
+		return true
+	}
+	return false
+}
+
+// pathError drops the path os errors repeat, since Error prints it first.
+func pathError(err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return fmt.Errorf("%s: %w", pe.Op, pe.Err)
+	}
+	return err
+}
+
+// Walk reads the objects of every file paths stand for (see Files) and calls visit with each, in order. It
+// stops at the first error: an *Error for bad inputs, or what visit returned.
+func (r Reader) Walk(paths []string, visit func(Object) error) error {
+	files, err := Files(paths)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if err := r.walkFile(f, visit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Read returns every object of paths (see Walk).
+func (r Reader) Read(paths []string) ([]Object, error) {
+	var out []Object
+	err := r.Walk(paths, func(o Object) error {
+		out = append(out, o)
+		return nil
+	})
+	return out, err
+}
+
+func (r Reader) walkFile(name string, visit func(Object) error) error {
+	var in io.Reader
+	if name == Stdin {
+		if r.Stdin == nil {
+			return &Error{Source: Source{File: Stdin}, Err: errors.New("no standard input")}
+		}
+		in = r.Stdin
+	} else {
+		f, err := os.Open(name)
+		if err != nil {
+			return &Error{Source: Source{File: name}, Err: pathError(err)}
+		}
+		defer func() { _ = f.Close() }()
+		in = f
+	}
+	return Decode(name, in, visit)
+}
+
+// Decode reads the documents of one file, named name in errors, and calls visit with each object.
+func Decode(name string, in io.Reader, visit func(Object) error) error {
+	lines := bufio.NewReaderSize(in, 64<<10)
+	var doc bytes.Buffer
+	line, start := 0, 1
+	flush := func() error {
+		defer doc.Reset()
+		return decodeDocument(Source{File: name, Line: start}, doc.Bytes(), visit)
+	}
+	for {
+		text, err := lines.ReadBytes('\n')
+		if len(text) > 0 {
+			line++
+			if isSeparator(text) {
+				if err := flush(); err != nil {
+					return err
+				}
+				start = line + 1
+			} else {
+				doc.Write(text)
+			}
+		}
+		if errors.Is(err, io.EOF) {
+			return flush()
+		}
+		if err != nil {
+			return &Error{Source: Source{File: name, Line: line}, Err: err}
+		}
+	}
+}
+
+// isSeparator reports whether line separates YAML documents: "---" alone or followed by a comment or spaces.
+func isSeparator(line []byte) bool {
+	if !bytes.HasPrefix(line, []byte("---")) {
+		return false
+	}
+	rest := bytes.TrimSpace(line[3:])
+	return len(rest) == 0 || rest[0] == '#'
+}
+
+// decodeDocument decodes one YAML document or JSON stream that starts on src.Line.
+func decodeDocument(src Source, doc []byte, visit func(Object) error) error {
+	trimmed := bytes.TrimSpace(doc)
+	if len(trimmed) == 0 || onlyComments(trimmed) {
+		return nil
+	}
+	if trimmed[0] == '{' {
+		return decodeJSONStream(src, doc, visit)
+	}
+	data, err := utilyaml.ToJSON(doc)
+	if err != nil {
+		return &Error{Source: src, Err: yamlError(err, src.Line)}
+	}
+	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
+		return nil
+	}
+	return decodeObject(src, data, visit)
+}
+
+// decodeJSONStream decodes one or more JSON objects in a row, each reported at the line it starts on.
+func decodeJSONStream(src Source, doc []byte, visit func(Object) error) error {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	for {
+		offset := dec.InputOffset()
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		at := src
+		at.Line += lineOf(doc, int(offset)+leadingSpace(doc[offset:])) - 1
+		if err != nil {
+			var syntax *json.SyntaxError
+			if errors.As(err, &syntax) {
+				at.Line = src.Line + lineOf(doc, int(syntax.Offset)) - 1
+			}
+			return &Error{Source: at, Err: fmt.Errorf("invalid JSON: %w", err)}
+		}
+		if err := decodeObject(at, raw, visit); err != nil {
+			return err
+		}
+	}
+}
+
+func onlyComments(doc []byte) bool {
+	for l := range bytes.SplitSeq(doc, []byte("\n")) {
+		if l = bytes.TrimSpace(l); len(l) > 0 && l[0] != '#' {
+			return false
+		}
+	}
+	return true
+}
+
+func leadingSpace(b []byte) int { return len(b) - len(bytes.TrimLeft(b, " \t\r\n")) }
+
+// lineOf returns the 1-based line of offset in b.
+func lineOf(b []byte, offset int) int {
+	offset = min(offset, len(b))
+	return 1 + bytes.Count(b[:offset], []byte("\n"))
+}
+
+var yamlLine = regexp.MustCompile(`line (\d+)`)
+
+// yamlError rewrites the document-relative line numbers of a YAML error to lines of the file.
+func yamlError(err error, start int) error {
+	msg := yamlLine.ReplaceAllStringFunc(err.Error(), func(m string) string {
+		n, _ := strconv.Atoi(m[len("line "):])
+		return "line " + strconv.Itoa(n+start-1)
+	})
+	return errors.New(msg)
+}
+
+// decodeObject decodes one JSON object into an Object, expanding a List into its items.
+func decodeObject(src Source, data []byte, visit func(Object) error) error {
+	obj := &unstructured.Unstructured{}
+	if err := obj.UnmarshalJSON(data); err != nil {
+		return &Error{Source: src, Err: objectError(err, data)}
+	}
+	if obj.IsList() {
+		list, err := obj.ToList()
+		if err != nil {
+			return &Error{Source: src, Err: err}
+		}
+		for i := range list.Items {
+			item := &list.Items[i]
+			if item.GetKind() == "" || item.GetAPIVersion() == "" {
+				return &Error{Source: src, Err: fmt.Errorf("item %d of the %s has no apiVersion or kind", i, obj.GetKind())}
+			}
+			if err := visit(Object{Unstructured: item, Source: src}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return visit(Object{Unstructured: obj, Source: src})
+}
+
+// objectError explains why a document is not a Kubernetes object.
+func objectError(err error, data []byte) error {
+	var m map[string]any
+	if json.Unmarshal(data, &m) != nil {
+		return fmt.Errorf("not a Kubernetes object: a document must be a mapping, not %s", describe(data))
+	}
+	switch {
+	case m["apiVersion"] == nil && m["kind"] == nil:
+		return errors.New("not a Kubernetes object: apiVersion and kind are not set")
+	case m["kind"] == nil:
+		return errors.New("not a Kubernetes object: kind is not set")
+	case m["apiVersion"] == nil:
+		return errors.New("not a Kubernetes object: apiVersion is not set")
+	}
+	return fmt.Errorf("not a Kubernetes object: %w", err)
+}
+
+func describe(data []byte) string {
+	switch t := bytes.TrimSpace(data); {
+	case len(t) == 0:
+		return "nothing"
+	case t[0] == '[':
+		return "a list"
+	case t[0] == '"':
+		return "a string"
+	}
+	return "a scalar"
+}
