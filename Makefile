@@ -69,8 +69,13 @@ bench: envtest ## Run the micro and macro benchmarks and record them in BENCHMAR
 ##@ Build
 
 .PHONY: build
-build: ## Build the celaudit binary into bin/.
+build: ## Build the celaudit operator and the kubectl-celaudit plugin into bin/.
 	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/celaudit .
+	CGO_ENABLED=0 go build -trimpath -o $(LOCALBIN)/kubectl-celaudit ./cmd/kubectl-celaudit
+
+.PHONY: install-plugin
+install-plugin: ## Install kubectl-celaudit into $(GOBIN) (or ~/go/bin), where kubectl finds it as "kubectl celaudit" if it is on the PATH.
+	CGO_ENABLED=0 go install -trimpath ./cmd/kubectl-celaudit
 
 .PHONY: run
 run: ## Run celaudit against the cluster of the current kubeconfig.

@@ -1,0 +1,133 @@
+package cli
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/report"
+)
+
+// result builds a listed report result of policy with the given verdict and properties (key, value pairs).
+func result(policy string, v audit.Verdict, props ...string) v1alpha2.PolicyReportResult {
+	r := v1alpha2.PolicyReportResult{Policy: policy, Result: v1alpha2.PolicyResult(v), Properties: map[string]string{}}
+	for i := 0; i+1 < len(props); i += 2 {
+		r.Properties[props[i]] = props[i+1]
+	}
+	return r
+}
+
+func policyReport(ns string, pass int, results ...v1alpha2.PolicyReportResult) v1alpha2.PolicyReport {
+	r := v1alpha2.PolicyReport{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: report.ChunkName(0)}, Results: results}
+	r.Summary.Pass = pass
+	for _, res := range results {
+		switch res.Result {
+		case v1alpha2.StatusFail:
+			r.Summary.Fail++
+		case v1alpha2.StatusWarn:
+			r.Summary.Warn++
+		case v1alpha2.StatusError:
+			r.Summary.Error++
+		case v1alpha2.StatusSkip:
+			r.Summary.Skip++
+		}
+	}
+	return r
+}
+
+func TestSummarize(t *testing.T) {
+	crd := func(v audit.Verdict) v1alpha2.PolicyReportResult {
+		return result("widgets.example.com", v, audit.PropCRDVersion, "v1")
+	}
+	vap := func(v audit.Verdict) v1alpha2.PolicyReportResult {
+		return result("owner", v, audit.PropBinding, "owner")
+	}
+	ap := func(v audit.Verdict) v1alpha2.PolicyReportResult {
+		return result("team", v, audit.PropBinding, "celaudit-team")
+	}
+	audited := v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Status: v1alpha1.AuditPolicyStatus{
+		Matched: 7, Pass: 5, Warn: 2, LastAuditTime: &metav1.Time{Time: time.Unix(1, 0)},
+	}}
+	for _, tc := range []struct {
+		name string
+		in   summaryInputs
+		want SummaryList
+	}{
+		{
+			name: "passes listed: exact counts per source",
+			in: summaryInputs{reports: report.Reports{
+				PolicyReports: []v1alpha2.PolicyReport{
+					policyReport("a", 3, crd(audit.Pass), crd(audit.Fail), vap(audit.Pass), vap(audit.Pass), vap(audit.Skip)),
+					policyReport("b", 1, vap(audit.Pass), vap(audit.Error)),
+				},
+				ClusterPolicyReports: []v1alpha2.ClusterPolicyReport{{Summary: v1alpha2.PolicyReportSummary{Pass: 1},
+					Results: []v1alpha2.PolicyReportResult{crd(audit.Pass)}}},
+			}, policies: []audit.PolicyKey{audit.VAPKey("quiet")}},
+			want: SummaryList{Policies: []PolicySummary{
+				{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
+				{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](5), Pass: ptr.To[int64](3), Error: 1, Skip: 1},
+				{Source: audit.SourceVAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), SafeToEnforce: true},
+			}},
+		},
+		{
+			name: "passes counted only: unknown passes, AuditPolicies from their status",
+			in: summaryInputs{
+				reports: report.Reports{PolicyReports: []v1alpha2.PolicyReport{
+					policyReport("a", 9, vap(audit.Warn), ap(audit.Warn), ap(audit.Warn)),
+				}},
+				auditPolicies: []v1alpha1.AuditPolicy{audited, {ObjectMeta: metav1.ObjectMeta{Name: "new"}}},
+			},
+			want: SummaryList{UnlistedPasses: 9, Policies: []PolicySummary{
+				{Source: audit.SourceAuditPolicy, Policy: "new", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0)},
+				{Source: audit.SourceAuditPolicy, Policy: "team", Matched: ptr.To[int64](7), Pass: ptr.To[int64](5), Warn: 2},
+				{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
+			}},
+		},
+		{
+			// Without its AuditPolicy (deleted since), a pair's results are a VAP's.
+			name: "results of a binding named like an AuditPolicy's pair",
+			in: summaryInputs{reports: report.Reports{PolicyReports: []v1alpha2.PolicyReport{
+				policyReport("a", 0, ap(audit.Fail), result("cannot-read", audit.Error), result("gadgets.example.com", audit.Error)),
+			}}},
+			want: SummaryList{Policies: []PolicySummary{
+				{Source: audit.SourceCRD, Policy: "gadgets.example.com", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
+				{Source: audit.SourceVAP, Policy: "cannot-read", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
+				{Source: audit.SourceVAP, Policy: "team", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Fail: 1},
+			}},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := summarize(tc.in)
+			if !equality.Semantic.DeepEqual(got, tc.want) {
+				t.Errorf("summarize:\n got %+v\nwant %+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestSummaryTable(t *testing.T) {
+	var buf bytes.Buffer
+	err := printSummaryTable(&buf, SummaryList{UnlistedPasses: 3, Policies: []PolicySummary{
+		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
+		{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `SOURCE   POLICY                MATCHED   PASS   FAIL   WARN   ERROR   SKIP   SAFE TO ENFORCE
+crd      widgets.example.com   3         2      1      0      0       0      false
+vap      owner                 -         -      0      1      0       0      false
+
+3 passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.
+`
+	if buf.String() != want {
+		t.Errorf("table:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
