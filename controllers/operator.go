@@ -26,7 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
@@ -121,7 +120,7 @@ func (w *wiring) newManager() error {
 	w.mgr, err = ctrl.NewManager(w.cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Logger:                  w.log,
-		Metrics:                 metricsserver.Options{BindAddress: w.opts.MetricsAddr},
+		Metrics:                 w.opts.metricsServer(),
 		HealthProbeBindAddress:  w.opts.ProbeAddr,
 		LeaderElection:          w.opts.LeaderElect,
 		LeaderElectionID:        "celaudit.celaudit.io",

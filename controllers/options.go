@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"runtime"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -17,7 +20,16 @@ import (
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
 type Options struct {
-	MetricsAddr         string
+	MetricsAddr string
+	// MetricsSecure serves metrics over HTTPS to authenticated and authorized clients only (a token that may
+	// get the /metrics non-resource URL); false serves plain HTTP to anyone who can reach the port.
+	MetricsSecure bool
+	// MetricsCertDir holds tls.crt and tls.key for the metrics endpoint (watched for rotation); empty uses a
+	// self-signed certificate generated at start.
+	MetricsCertDir string
+	// EnableHTTP2 lets the metrics endpoint speak HTTP/2, off by default against HTTP/2 stream-reset floods
+	// (CVE-2023-44487, CVE-2023-39325).
+	EnableHTTP2         bool
 	ProbeAddr           string
 	LeaderElect         bool
 	LeaderElectionNS    string
@@ -66,7 +78,8 @@ func (v *float32Value) Set(s string) error {
 // DefaultOptions returns the defaults of every flag.
 func DefaultOptions() Options {
 	return Options{
-		MetricsAddr:    ":8080",
+		MetricsAddr:    ":8443",
+		MetricsSecure:  true,
 		ProbeAddr:      ":8081",
 		ResyncPeriod:   time.Hour,
 		Workers:        runtime.NumCPU(),
@@ -92,6 +105,9 @@ func DefaultOptions() Options {
 // BindFlags registers the options as flags on fs.
 func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.MetricsAddr, "metrics-bind-address", o.MetricsAddr, "Address of the Prometheus metrics endpoint; 0 disables it.")
+	fs.BoolVar(&o.MetricsSecure, "metrics-secure", o.MetricsSecure, "Serve metrics over HTTPS, only to clients whose token may get the /metrics non-resource URL (the metrics-reader ClusterRole); false serves plain HTTP to anyone.")
+	fs.StringVar(&o.MetricsCertDir, "metrics-cert-path", o.MetricsCertDir, "Directory holding tls.crt and tls.key of the metrics endpoint, reloaded when they change; empty uses a self-signed certificate.")
+	fs.BoolVar(&o.EnableHTTP2, "enable-http2", o.EnableHTTP2, "Let the metrics endpoint speak HTTP/2 (off: HTTP/1.1 only, against HTTP/2 stream-reset floods).")
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "Address of the health and readiness probes.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader, so that only one replica audits and writes reports.")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", o.LeaderElectionNS, "Namespace of the leader election lease (default: the pod's namespace).")
@@ -134,4 +150,20 @@ func (o Options) verdicts() ([]audit.Verdict, error) {
 		}
 	}
 	return out, nil
+}
+
+// metricsServer returns the options of the metrics endpoint. Secure, it is the kubebuilder default: TLS,
+// and a filter that authenticates each scrape's bearer token with a TokenReview and authorizes it with a
+// SubjectAccessReview for "get" on the /metrics non-resource URL (config/rbac/metrics_*.yaml).
+func (o Options) metricsServer() metricsserver.Options {
+	opts := metricsserver.Options{BindAddress: o.MetricsAddr, SecureServing: o.MetricsSecure}
+	if !o.MetricsSecure {
+		return opts
+	}
+	opts.FilterProvider = filters.WithAuthenticationAndAuthorization
+	opts.CertDir = o.MetricsCertDir
+	if !o.EnableHTTP2 {
+		opts.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
+	}
+	return opts
 }
