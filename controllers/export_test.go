@@ -9,3 +9,6 @@ func HoldVAPCompile(o *Options, hold func(policy string)) { o.beforeVAPCompile =
 // PolicyMetrics returns the collector of op's per-policy metrics: the metrics registry holds only the first
 // operator's of a process.
 func PolicyMetrics(op *Operator) prometheus.Collector { return newReadinessCollector(op.readiness) }
+
+// Collectors returns op's own metrics.
+func Collectors(op *Operator) []prometheus.Collector { return op.collectors }

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ktypes "k8s.io/apimachinery/pkg/types"
@@ -40,5 +41,46 @@ celaudit_results{result="warn"} 0
 `
 	if err := testutil.CollectAndCompare(newResultCollector(store), strings.NewReader(want)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestAuditMetricsCountEvaluations(t *testing.T) {
+	m := newAuditMetrics()
+	budget := "validation failed due to running out of cost budget, no further validation rules will be run"
+	for _, e := range []struct {
+		source audit.PolicySource
+		res    []audit.Result
+	}{
+		{audit.SourceVAP, []audit.Result{{Verdict: audit.Pass}}},
+		{audit.SourceVAP, []audit.Result{{Verdict: audit.Fail}, {Verdict: audit.Error, Message: "no such key: x"}}},
+		{audit.SourceCRD, []audit.Result{{Verdict: audit.Error, Message: "spec: Invalid value: \"object\": " + budget}}},
+		{audit.SourceAuditPolicy, []audit.Result{{Verdict: audit.Error, Message: "expression 'x' resulted in error: operation cancelled: actual cost limit exceeded"},
+			{Verdict: audit.Error, Message: "another"}}},
+		{audit.SourceAuditPolicy, []audit.Result{{Verdict: audit.Warn, Message: "mentions a cost limit exceeded but is no error"}}},
+	} {
+		m.evaluated(e.source, e.res)
+	}
+	want := `
+# HELP celaudit_cost_budget_exceeded_total Evaluations stopped by the CEL cost budget of a request or the cost limit of one call, by source.
+# TYPE celaudit_cost_budget_exceeded_total counter
+celaudit_cost_budget_exceeded_total{source="auditpolicy"} 1
+celaudit_cost_budget_exceeded_total{source="crd"} 1
+celaudit_cost_budget_exceeded_total{source="vap"} 0
+# HELP celaudit_evaluation_errors_total Evaluations that gave at least one error result, by source.
+# TYPE celaudit_evaluation_errors_total counter
+celaudit_evaluation_errors_total{source="auditpolicy"} 1
+celaudit_evaluation_errors_total{source="crd"} 1
+celaudit_evaluation_errors_total{source="vap"} 1
+# HELP celaudit_evaluations_total Evaluations of one policy on one object, by the policy's source (crd, vap, auditpolicy).
+# TYPE celaudit_evaluations_total counter
+celaudit_evaluations_total{source="auditpolicy"} 2
+celaudit_evaluations_total{source="crd"} 1
+celaudit_evaluations_total{source="vap"} 2
+`
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.collectors()...)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"celaudit_cost_budget_exceeded_total", "celaudit_evaluation_errors_total", "celaudit_evaluations_total"); err != nil {
+		t.Error(err)
 	}
 }

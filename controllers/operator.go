@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -58,11 +59,15 @@ type Operator struct {
 	Results *results.Store
 
 	readiness *readiness
+	// collectors are the operator's own metrics; the metrics registry holds only the first operator's of a
+	// process (tests).
+	collectors []prometheus.Collector
 }
 
 // NewOperator wires celaudit: the manager, the result store, the scan engine and every reconciler.
 func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
-	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg)}
+	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg), created: time.Now(), metrics: newAuditMetrics()}
+	w.register(w.metrics.collectors()...)
 	for _, step := range []func() error{
 		w.newManager,         // the manager and its cache: policies, params, namespaces and celaudit's own reports
 		w.newStore,           // the current results, and what tells the report reconciler which namespaces changed
@@ -79,7 +84,16 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 			return nil, err
 		}
 	}
-	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store, readiness: w.readiness}, nil
+	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store, readiness: w.readiness, collectors: w.collectors}, nil
+}
+
+// register registers the operator's metrics. Registration fails when several operators share a process
+// (tests); the registry then keeps the first one's.
+func (w *wiring) register(cs ...prometheus.Collector) {
+	for _, c := range cs {
+		_ = metrics.Registry.Register(c)
+		w.collectors = append(w.collectors, c)
+	}
 }
 
 // wiring holds the parts of an operator while NewOperator connects them.
@@ -92,16 +106,20 @@ type wiring struct {
 	events   EventRecorder
 	compiler engine.Compiler // the apiserver's defaults, as every front end compiles
 
-	store     *results.Store
-	notifier  *Notifier
-	readiness *readiness
-	warnings  *warnings
-	discovery *views.Discovery
-	refresher *views.Refresher
-	scan      *scan.Engine
-	startup   *startupGate
-	vaps      *vapReconciler
-	audited   atomic.Bool // the first audit is done
+	store   *results.Store
+	metrics *auditMetrics
+	// collectors are the metrics registered so far.
+	collectors []prometheus.Collector
+	created    time.Time // when NewOperator began: the start of the first audit's duration
+	notifier   *Notifier
+	readiness  *readiness
+	warnings   *warnings
+	discovery  *views.Discovery
+	refresher  *views.Refresher
+	scan       *scan.Engine
+	startup    *startupGate
+	vaps       *vapReconciler
+	audited    atomic.Bool // the first audit is done
 	// auditPolicies says whether the AuditPolicy CRD is installed.
 	auditPolicies bool
 }
@@ -179,13 +197,15 @@ func (w *wiring) newScan() error {
 		return fmt.Errorf("creating the audit client: %w", err)
 	}
 	readErrors := &readErrorEvents{Reader: w.mgr.GetClient(), Recorder: w.events, Log: w.log.WithName("events")}
-	w.scan = scan.New(reader, w.store, w.log.WithName("scan"), scan.Options{
+	timed := timedClient{Client: reader, metrics: w.metrics, now: time.Now}
+	w.scan = scan.New(timed, countingSink{Sink: w.store, metrics: w.metrics}, w.log.WithName("scan"), scan.Options{
 		PageSize:    w.opts.PageSize,
 		Workers:     w.opts.Workers,
 		Backoff:     w.opts.ReadBackoff,
 		Namespaced:  w.discovery.Namespaced,
 		OnReadError: readErrors.ReadError,
 		OnSettled: func() {
+			w.firstAuditDone() // records the first audit's duration
 			// Report writes held back for the first audit or a rescan go once it ends.
 			w.notifier.Recheck()
 			// Readiness is decided at complete audits.
@@ -321,7 +341,9 @@ func (w *wiring) firstAuditDone() bool {
 		return true
 	}
 	if w.settled() {
-		w.audited.Store(true)
+		if w.audited.CompareAndSwap(false, true) {
+			w.metrics.firstAudit.Set(time.Since(w.created).Seconds())
+		}
 		return true
 	}
 	return false
@@ -329,9 +351,7 @@ func (w *wiring) firstAuditDone() bool {
 
 func (w *wiring) setupReports() error {
 	writes := newReportWrites()
-	// Registration fails when several operators share a process (tests); metrics then stay with the first.
-	_ = metrics.Registry.Register(writes)
-	_ = metrics.Registry.Register(newResultCollector(w.store))
+	w.register(writes, newResultCollector(w.store))
 	o := w.opts
 	err := (&ReportReconciler{
 		Client:     w.mgr.GetClient(),
@@ -355,8 +375,7 @@ func (w *wiring) setupReadiness() error {
 	if w.opts.ReadinessInterval <= 0 {
 		return fmt.Errorf("--readiness-interval must be positive, got %s", w.opts.ReadinessInterval)
 	}
-	// Registration fails when several operators share a process (tests); metrics then stay with the first.
-	_ = metrics.Registry.Register(newReadinessCollector(w.readiness))
+	w.register(newReadinessCollector(w.readiness))
 	if err := w.mgr.Add(w.readiness); err != nil {
 		return fmt.Errorf("adding readiness: %w", err)
 	}

@@ -285,10 +285,12 @@ type readinessCollector struct {
 	matched   *prometheus.Desc
 	violating *prometheus.Desc
 	safe      *prometheus.Desc
+	// namespaces: the fail and warn results of every policy per namespace, for "where are the violations".
+	namespaces *prometheus.Desc
 }
 
 func newReadinessCollector(r *readiness) *readinessCollector {
-	labels := []string{"source", "policy"}
+	labels := []string{labelSource, "policy"}
 	return &readinessCollector{
 		readiness: r,
 		results: prometheus.NewDesc("celaudit_policy_results",
@@ -299,6 +301,9 @@ func newReadinessCollector(r *readiness) *readinessCollector {
 			"Objects with at least one fail or warn result of the policy, at the last complete audit.", labels, nil),
 		safe: prometheus.NewDesc("celaudit_policy_safe_to_enforce",
 			"1 when no object the policy covers fails, warns or errors at the last complete audit, else 0.", labels, nil),
+		namespaces: prometheus.NewDesc("celaudit_namespace_violations",
+			"Fail and warn results of all policies in a namespace (\"\" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.",
+			[]string{"namespace"}, nil),
 	}
 }
 
@@ -307,6 +312,7 @@ func (c *readinessCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.matched
 	ch <- c.violating
 	ch <- c.safe
+	ch <- c.namespaces
 }
 
 func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
@@ -327,5 +333,14 @@ func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
 			safe = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.safe, prometheus.GaugeValue, safe, source, name)
+	}
+	byNamespace := map[string]int{}
+	for _, p := range policies {
+		for ns, n := range p.summary.Namespaces {
+			byNamespace[ns] += n
+		}
+	}
+	for _, ns := range slices.Sorted(maps.Keys(byNamespace)) {
+		ch <- prometheus.MustNewConstMetric(c.namespaces, prometheus.GaugeValue, float64(byNamespace[ns]), ns)
 	}
 }

@@ -145,13 +145,17 @@ func TestReadinessCollector(t *testing.T) {
 	r := newReadiness(nil, nil, nil, nil, time.Second, logr.Discard())
 	r.policies = map[audit.PolicyKey]policyReadiness{
 		audit.VAPKey("owners"):              {summary: results.Summary{Matched: 3, Violating: 1, Pass: 3, Fail: 1, Warn: 1, Skip: 2, Namespaces: map[string]int{"n": 2}}},
-		audit.CRDKey("widgets.example.com"): {summary: results.Summary{Matched: 2, Pass: 2}},
+		audit.CRDKey("widgets.example.com"): {summary: results.Summary{Matched: 3, Violating: 2, Pass: 2, Fail: 3, Namespaces: map[string]int{"m": 1, "n": 2}}},
 	}
 	want := `
+# HELP celaudit_namespace_violations Fail and warn results of all policies in a namespace ("" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.
+# TYPE celaudit_namespace_violations gauge
+celaudit_namespace_violations{namespace="m"} 1
+celaudit_namespace_violations{namespace="n"} 4
 # HELP celaudit_policy_matched_objects Objects with at least one result of the policy, at the last complete audit.
 # TYPE celaudit_policy_matched_objects gauge
 celaudit_policy_matched_objects{policy="owners",source="vap"} 3
-celaudit_policy_matched_objects{policy="widgets.example.com",source="crd"} 2
+celaudit_policy_matched_objects{policy="widgets.example.com",source="crd"} 3
 # HELP celaudit_policy_results Results of each policy by verdict, at the last complete audit.
 # TYPE celaudit_policy_results gauge
 celaudit_policy_results{policy="owners",result="error",source="vap"} 0
@@ -160,18 +164,18 @@ celaudit_policy_results{policy="owners",result="pass",source="vap"} 3
 celaudit_policy_results{policy="owners",result="skip",source="vap"} 2
 celaudit_policy_results{policy="owners",result="warn",source="vap"} 1
 celaudit_policy_results{policy="widgets.example.com",result="error",source="crd"} 0
-celaudit_policy_results{policy="widgets.example.com",result="fail",source="crd"} 0
+celaudit_policy_results{policy="widgets.example.com",result="fail",source="crd"} 3
 celaudit_policy_results{policy="widgets.example.com",result="pass",source="crd"} 2
 celaudit_policy_results{policy="widgets.example.com",result="skip",source="crd"} 0
 celaudit_policy_results{policy="widgets.example.com",result="warn",source="crd"} 0
 # HELP celaudit_policy_safe_to_enforce 1 when no object the policy covers fails, warns or errors at the last complete audit, else 0.
 # TYPE celaudit_policy_safe_to_enforce gauge
 celaudit_policy_safe_to_enforce{policy="owners",source="vap"} 0
-celaudit_policy_safe_to_enforce{policy="widgets.example.com",source="crd"} 1
+celaudit_policy_safe_to_enforce{policy="widgets.example.com",source="crd"} 0
 # HELP celaudit_policy_violating_objects Objects with at least one fail or warn result of the policy, at the last complete audit.
 # TYPE celaudit_policy_violating_objects gauge
 celaudit_policy_violating_objects{policy="owners",source="vap"} 1
-celaudit_policy_violating_objects{policy="widgets.example.com",source="crd"} 0
+celaudit_policy_violating_objects{policy="widgets.example.com",source="crd"} 2
 `
 	if err := testutil.CollectAndCompare(newReadinessCollector(r), strings.NewReader(want)); err != nil {
 		t.Fatal(err)
