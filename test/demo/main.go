@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -29,6 +31,7 @@ import (
 	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/controllers"
+	"github.com/celaudit/celaudit/internal/cli"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
@@ -131,6 +134,9 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A", "-o",
 		`jsonpath={range .items[*]}{range .results[?(@.policy=="deployment-best-practices")]}{.result}{"\t"}{.resources[0].namespace}/{.resources[0].name}{"\t"}{.message}{"\n"}{end}{end}`)
 
+	step("Per policy, what the reports hold and whether it is safe to enforce")
+	plugin(kubeconfig, "summary")
+
 	step("Dry-run tightening: an AuditPolicy in Audit judges the Deployments' pod templates as the Pods they would create")
 	if err := applyYAML(ctx, c, auditPolicy); err != nil {
 		return err
@@ -162,6 +168,9 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	}
 	fmt.Println("$ kubectl run probe --image=nginx -n team-a --dry-run=server")
 	show(ctx, kubectl, kubeconfig, "run", "probe", "--image=nginx", "-n", "team-a", "--dry-run=server")
+
+	step("The pair to commit to a GitOps repository in the AuditPolicy's place")
+	plugin(kubeconfig, "export", "auditpolicy", "pod-memory-limits")
 
 	step("The control plane keeps running")
 	fmt.Printf("Explore it with:\n  export KUBECONFIG=%s\n  %s get policyreports -A\n", kubeconfig, kubectl)
@@ -262,6 +271,15 @@ func writeKubeconfig(env *envtest.Environment) (string, error) {
 		return "", fmt.Errorf("writing kubeconfig: %w", err)
 	}
 	return path, nil
+}
+
+// plugin runs kubectl-celaudit in process, as `kubectl celaudit args...` would, and prints its output.
+func plugin(kubeconfig string, args ...string) {
+	fmt.Printf("$ kubectl celaudit %s\n", strings.Join(args, " "))
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: os.Stdout, ErrOut: os.Stderr}
+	if code := cli.Run(streams, append(args, "--kubeconfig", kubeconfig)); code != int(cli.ExitOK) && code != int(cli.ExitViolations) {
+		fmt.Fprintf(os.Stderr, "kubectl celaudit %v: exit %d\n", args, code)
+	}
 }
 
 func show(ctx context.Context, kubectl, kubeconfig string, args ...string) {
