@@ -208,8 +208,9 @@ func TestStoreCountsPassesByUID(t *testing.T) {
 	}
 }
 
-// An object covered by more policies than fit inline, or with more passes than an inline count holds, keeps
-// every count exactly, and removing policies in any order leaves the others intact.
+// An object covered by several policies, one of them with more passes than an inline count holds, keeps every
+// count exactly, and removing policies in any order leaves the others intact. (TestStoreAgainstModel covers
+// more policies than fit inline.)
 func TestStoreManyPolicies(t *testing.T) {
 	const uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 	passes := func(n int) []audit.Result {
