@@ -338,7 +338,7 @@ func (s *Store) DeletePolicy(policy audit.PolicyKey, gvr schema.GroupVersionReso
 			}
 			li, numbered := s.resources[gi].local[pi]
 			if !numbered {
-				continue // no object of the resource ever had a result of the policy
+				continue // no object of the resource holds a result of the policy
 			}
 			objs.Update(func(o objResults) (objResults, bool) {
 				if _, had := o.find(li); had {
