@@ -11,33 +11,53 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// BenchmarkStoreRetained reports the heap the store retains per audited object, for objects that pass four
-// policies (the common case) with one failing object in twenty.
+// BenchmarkStoreRetained reports the heap the store retains per audited object, for objects that pass the
+// policies covering them, with one failing object in twenty:
+//   - 4 policies: every object passes 4 (the common case: a few VAPs and CRD rules);
+//   - 14 policies: 4 and 10 AuditPolicies beside them, as in the macro benchmark with -audit-policies 10, of
+//     which each object passes 10 (which 10 depends on its namespace, as with namespace selectors).
 func BenchmarkStoreRetained(b *testing.B) {
-	const objects = 20000
-	gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
-	policies := []audit.PolicyKey{audit.VAPKey("a"), audit.VAPKey("b"), audit.VAPKey("c"), audit.CRDKey("d")}
-	for range b.N {
-		runtime.GC()
-		var before, after runtime.MemStats
-		runtime.ReadMemStats(&before)
-		s := NewStore(nil)
-		for i := range objects {
-			ns := fmt.Sprintf("ns-%d", i%100)
-			uid := types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
-			ref := audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: fmt.Sprintf("cm-%d", i), UID: uid}
-			for _, p := range policies {
-				r := audit.Result{Policy: p.Name, Verdict: audit.Pass, Resource: ref, Properties: map[string]string{"binding": p.Name}}
-				if i%20 == 0 && p == policies[0] {
-					r.Verdict, r.Message = audit.Fail, "configmaps must name an owner"
-				}
-				s.Set(p, ObjectKey{GVR: gvr, UID: uid}, ns, []audit.Result{r})
+	cases := []struct {
+		name     string
+		policies int
+		covering int // policies covering each object
+	}{
+		{name: "4 policies", policies: 4, covering: 4},
+		{name: "14 policies, 10 passing", policies: 14, covering: 10},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			const objects = 20000
+			gvr := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+			policies := make([]audit.PolicyKey, tc.policies)
+			for j := range policies {
+				policies[j] = audit.VAPKey(fmt.Sprintf("p%d", j))
 			}
-		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/objects, "B/object")
-		runtime.KeepAlive(s)
+			for range b.N {
+				runtime.GC()
+				var before, after runtime.MemStats
+				runtime.ReadMemStats(&before)
+				s := NewStore(nil)
+				for i := range objects {
+					nsIndex := i % 100
+					ns := fmt.Sprintf("ns-%d", nsIndex)
+					uid := types.UID(fmt.Sprintf("00000000-0000-0000-0000-%012d", i))
+					ref := audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: ns, Name: fmt.Sprintf("cm-%d", i), UID: uid}
+					for k := range tc.covering {
+						p := policies[(nsIndex+k)%len(policies)]
+						r := audit.Result{Policy: p.Name, Verdict: audit.Pass, Resource: ref, Properties: map[string]string{"binding": p.Name}}
+						if i%20 == 0 && k == 0 {
+							r.Verdict, r.Message = audit.Fail, "configmaps must name an owner"
+						}
+						s.Set(p, ObjectKey{GVR: gvr, UID: uid}, ns, []audit.Result{r})
+					}
+				}
+				runtime.GC()
+				runtime.ReadMemStats(&after)
+				b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/objects, "B/object")
+				runtime.KeepAlive(s)
+			}
+		})
 	}
 }
 

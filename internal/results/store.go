@@ -1,8 +1,9 @@
 package results
 
 import (
-	"math"
+	"math/bits"
 	"reflect"
+	"slices"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -18,40 +19,48 @@ type ObjectKey struct {
 	UID types.UID
 }
 
-// objResults is what the store keeps of one object read in one version: 24 bytes, kept for every audited
+// objResults is what the store keeps of one object read in one version: 16 bytes, kept for every audited
 // object, so at cluster scale it is most of the operator's memory. The object's reference (API version, kind,
 // namespace, uid) comes from where it is kept; its name is in its results, and compacted passes carry none.
 //
 // A policy whose results on the object are all passes is only counted: a pass carries a property map per
-// binding and parameter, which would cost hundreds of bytes per object for nothing anybody reads. Up to
-// four such counts fit inline; everything else (whole results, more or larger counts) goes to more.
+// binding and parameter, which would cost hundreds of bytes per object for nothing anybody reads. The count
+// takes passBits bits of passes, at the policy's number on the object's resource (resourcePolicies): an
+// object that passes 10 policies costs no more than one that passes a single one, where a list of counts
+// would grow with every policy. Everything else (whole results, larger counts, policies numbered past the
+// bits) goes to more, which is nil for most objects.
 type objResults struct {
-	passes [inlinePasses]passCount
+	passes uint64
 	more   *[]policyResults
 }
 
-const inlinePasses = 4
-
-// passCount is the number of passes of one policy (an index into Store.policies). A count of 0 is a free slot.
-type passCount struct{ policy, count uint16 }
+const (
+	passBits = 2
+	// inlinePolicies is the number of policies of a resource whose counts fit in objResults.passes.
+	inlinePolicies = 64 / passBits
+	// maxInlineCount is the largest count that fits: one pass per binding of a policy bound up to three times.
+	maxInlineCount = 1<<passBits - 1
+	passMask       = uint64(maxInlineCount)
+)
 
 // policyResults are one policy's results on one object: whole results, or only the number of its passes.
+// Inside objResults, policy is the policy's number on the object's resource, not its index in Store.policies.
 type policyResults struct {
 	policy  uint32
 	passes  int32
 	results []audit.Result
 }
 
-// find returns policy pi's results on the object.
-func (o *objResults) find(pi uint32) (policyResults, bool) {
-	for _, p := range o.passes {
-		if p.count > 0 && uint32(p.policy) == pi {
-			return policyResults{policy: pi, passes: int32(p.count)}, true
+// find returns the results of the policy numbered li on the object's resource.
+func (o *objResults) find(li uint32) (policyResults, bool) {
+	if li < inlinePolicies {
+		if c := o.passes >> (li * passBits) & passMask; c != 0 {
+			return policyResults{policy: li, passes: int32(c)}, true
 		}
 	}
 	if o.more != nil {
 		for _, p := range *o.more {
-			if p.policy == pi {
+			if p.policy == li {
 				return p, true
 			}
 		}
@@ -59,11 +68,11 @@ func (o *objResults) find(pi uint32) (policyResults, bool) {
 	return policyResults{}, false
 }
 
-// remove drops policy pi's results.
-func (o *objResults) remove(pi uint32) {
-	for i, p := range o.passes {
-		if p.count > 0 && uint32(p.policy) == pi {
-			o.passes[i] = passCount{}
+// remove drops the results of the policy numbered li.
+func (o *objResults) remove(li uint32) {
+	if li < inlinePolicies {
+		if slot := passMask << (li * passBits); o.passes&slot != 0 {
+			o.passes &^= slot
 			return
 		}
 	}
@@ -72,7 +81,7 @@ func (o *objResults) remove(pi uint32) {
 	}
 	more := *o.more
 	for i, p := range more {
-		if p.policy == pi {
+		if p.policy == li {
 			more = append(more[:i], more[i+1:]...)
 			break
 		}
@@ -86,13 +95,9 @@ func (o *objResults) remove(pi uint32) {
 
 // add records p, whose policy has no results on the object yet.
 func (o *objResults) add(p policyResults) {
-	if p.results == nil && p.passes > 0 && p.passes <= math.MaxUint16 && p.policy <= math.MaxUint16 {
-		for i := range o.passes {
-			if o.passes[i].count == 0 {
-				o.passes[i] = passCount{policy: uint16(p.policy), count: uint16(p.passes)}
-				return
-			}
-		}
+	if p.results == nil && p.passes > 0 && p.passes <= maxInlineCount && p.policy < inlinePolicies {
+		o.passes |= uint64(p.passes) << (p.policy * passBits)
+		return
 	}
 	if o.more == nil {
 		o.more = &[]policyResults{}
@@ -100,30 +105,31 @@ func (o *objResults) add(p policyResults) {
 	*o.more = append(*o.more, p)
 }
 
-func (o *objResults) empty() bool {
-	if o.more != nil {
-		return false
-	}
-	for _, p := range o.passes {
-		if p.count > 0 {
-			return false
-		}
-	}
-	return true
-}
+func (o *objResults) empty() bool { return o.passes == 0 && o.more == nil }
 
-// each calls f with every policy's results on the object.
+// each calls f with every policy's results on the object, policies by their number on the object's resource.
 func (o *objResults) each(f func(policyResults)) {
-	for _, p := range o.passes {
-		if p.count > 0 {
-			f(policyResults{policy: uint32(p.policy), passes: int32(p.count)})
-		}
+	for rest := o.passes; rest != 0; {
+		li := uint32(bits.TrailingZeros64(rest)) / passBits
+		shift := li * passBits
+		f(policyResults{policy: li, passes: int32(rest >> shift & passMask)})
+		rest &^= passMask << shift
 	}
 	if o.more != nil {
 		for _, p := range *o.more {
 			f(p)
 		}
 	}
+}
+
+// resourcePolicies numbers the policies that have results on one resource, so that an object's record is
+// indexed by these small numbers, not by the store's policy indexes, and stays inline however many policies
+// the whole cluster has. The number of a policy whose results on the resource are deleted is given to the
+// next new one, so that policies coming and going do not push their successors out of the inline bits.
+type resourcePolicies struct {
+	global []uint32          // by number: index into Store.policies
+	local  map[uint32]uint32 // by index into Store.policies: number
+	free   []uint32          // numbers no object holds results under
 }
 
 // nsResults are the results on the objects of one namespace, by resource (an index given by Store.gvrIndex).
@@ -134,7 +140,8 @@ type Store struct {
 	mu         sync.RWMutex
 	byNS       map[string]nsResults
 	gvrIndex   map[schema.GroupVersionResource]uint32
-	policies   []audit.PolicyKey // by index; compacted passes carry the key's name
+	resources  []resourcePolicies // by resource index
+	policies   []audit.PolicyKey  // by index; compacted passes carry the key's name
 	policyIdx  map[audit.PolicyKey]uint32
 	intern     map[string]string
 	keepPasses bool
@@ -181,16 +188,20 @@ func (s *Store) Set(policy audit.PolicyKey, obj ObjectKey, namespace string, res
 	if objs != nil {
 		o, _ = objs.Get(obj.UID)
 	}
-	var pi uint32
+	var li uint32
 	if len(res) == 0 {
-		if pi, ok = s.policyIdx[policy]; !ok {
+		pi, known := s.policyIdx[policy]
+		if !known {
+			return false
+		}
+		if li, known = s.resources[gi].local[pi]; !known {
 			return false
 		}
 	} else {
-		pi = s.policyLocked(policy)
+		li = s.resources[gi].number(s.policyLocked(policy))
 	}
-	cur, had := o.find(pi)
-	next := s.compact(pi, res)
+	cur, had := o.find(li)
+	next := s.compact(li, res)
 	switch {
 	case len(res) == 0 && !had:
 		return false
@@ -198,7 +209,7 @@ func (s *Store) Set(policy audit.PolicyKey, obj ObjectKey, namespace string, res
 		return false
 	}
 	if had {
-		o.remove(pi)
+		o.remove(li)
 	}
 	if len(res) > 0 {
 		o.add(next)
@@ -233,7 +244,36 @@ func (s *Store) objectsLocked(namespace string, gi uint32) *uidmap.Map[objResult
 func (s *Store) addResourceLocked(gvr schema.GroupVersionResource) uint32 {
 	i := uint32(len(s.gvrIndex))
 	s.gvrIndex[gvr] = i
+	s.resources = append(s.resources, resourcePolicies{local: map[uint32]uint32{}})
 	return i
+}
+
+// number returns the number of policy pi on the resource, numbering it if it has none yet: the lowest free
+// number, for the best chance to fit inline.
+func (r *resourcePolicies) number(pi uint32) uint32 {
+	if li, ok := r.local[pi]; ok {
+		return li
+	}
+	var li uint32
+	if len(r.free) > 0 {
+		i := slices.Index(r.free, slices.Min(r.free))
+		li = r.free[i]
+		r.free = slices.Delete(r.free, i, i+1)
+		r.global[li] = pi
+	} else {
+		li = uint32(len(r.global))
+		r.global = append(r.global, pi)
+	}
+	r.local[pi] = li
+	return li
+}
+
+// release frees the number of policy pi, once no object of the resource holds results under it.
+func (r *resourcePolicies) release(pi uint32) {
+	if li, ok := r.local[pi]; ok {
+		delete(r.local, pi)
+		r.free = append(r.free, li)
+	}
 }
 
 // policyLocked returns the index of policy.
@@ -247,16 +287,17 @@ func (s *Store) policyLocked(policy audit.PolicyKey) uint32 {
 	return i
 }
 
-func (s *Store) compact(policy uint32, res []audit.Result) policyResults {
+// compact returns res as the store keeps them for the policy numbered li on the object's resource.
+func (s *Store) compact(li uint32, res []audit.Result) policyResults {
 	if s.keepPasses || len(res) == 0 {
-		return policyResults{policy: policy, results: res}
+		return policyResults{policy: li, results: res}
 	}
 	for _, r := range res {
 		if r.Verdict != audit.Pass {
-			return policyResults{policy: policy, results: res}
+			return policyResults{policy: li, results: res}
 		}
 	}
-	return policyResults{policy: policy, passes: int32(len(res))}
+	return policyResults{policy: li, passes: int32(len(res))}
 }
 
 // DeleteObject removes every result of an object in namespace.
@@ -295,9 +336,13 @@ func (s *Store) DeletePolicy(policy audit.PolicyKey, gvr schema.GroupVersionReso
 			if !gvr.Empty() && gi != only {
 				continue
 			}
+			li, numbered := s.resources[gi].local[pi]
+			if !numbered {
+				continue // no object of the resource holds a result of the policy
+			}
 			objs.Update(func(o objResults) (objResults, bool) {
-				if _, had := o.find(pi); had {
-					o.remove(pi)
+				if _, had := o.find(li); had {
+					o.remove(li)
 					touched = true
 				}
 				return o, !o.empty()
@@ -312,6 +357,13 @@ func (s *Store) DeletePolicy(policy audit.PolicyKey, gvr schema.GroupVersionReso
 		if touched {
 			s.changed(namespace)
 		}
+	}
+	if gvr.Empty() {
+		for gi := range s.resources {
+			s.resources[gi].release(pi)
+		}
+	} else {
+		s.resources[only].release(pi)
 	}
 }
 

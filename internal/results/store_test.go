@@ -2,6 +2,8 @@ package results
 
 import (
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"sort"
 	"strings"
 	"testing"
@@ -206,8 +208,9 @@ func TestStoreCountsPassesByUID(t *testing.T) {
 	}
 }
 
-// An object covered by more policies than fit inline, or with more passes than an inline count holds, keeps
-// every count exactly, and removing policies in any order leaves the others intact.
+// An object covered by several policies, one of them with more passes than an inline count holds, keeps every
+// count exactly, and removing policies in any order leaves the others intact. (TestStoreAgainstModel covers
+// more policies than fit inline.)
 func TestStoreManyPolicies(t *testing.T) {
 	const uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 	passes := func(n int) []audit.Result {
@@ -279,5 +282,222 @@ func TestStoreNamespaceCounted(t *testing.T) {
 	}
 	if len(passes) != 2 || passes["a"] != 3 || passes["b"] != 1 {
 		t.Errorf("passes = %v, want a:3 b:1", passes)
+	}
+}
+
+// TestStoreAgainstModel applies the same pseudo-random sequence of Set, DeleteObject and DeletePolicy calls
+// to a store and to a plain map of every (resource, object, policy) to its results, and checks after each call
+// that what the store reports is what the map holds. The sequences cover what a pass record keeps apart:
+// more policies on a resource than fit inline, pass counts around the largest inline one, whole results beside
+// counted passes, and policies numbered differently on two resources.
+func TestStoreAgainstModel(t *testing.T) {
+	deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	cases := []struct {
+		name       string
+		keepPasses bool
+		policies   int
+		passes     []int // the pass counts a Set picks from
+		ops        int
+	}{
+		{name: "few policies, counts around the inline limit", policies: 6, passes: []int{1, 2, 3, 4, 5}, ops: 3000},
+		{name: "more policies than fit inline", policies: 45, passes: []int{1, 1, 1, 2, 3, 4}, ops: 6000},
+		{name: "passes kept whole", keepPasses: true, policies: 40, passes: []int{1, 2}, ops: 2000},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(1, uint64(tc.policies)))
+			s := NewStore(nil, KeepPasses(tc.keepPasses))
+			model := map[modelCell][]audit.Result{}
+			gvrs := []schema.GroupVersionResource{cms, deploys}
+			namespaces := []string{"n", "m", ""}
+			uids := []string{"u0", "u1", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0", "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f1"}
+			// An object lives in one namespace, as in a cluster.
+			nsOf := func(uid string) string { return namespaces[len(uid)%len(namespaces)] }
+			for i := range tc.ops {
+				gvr := gvrs[rng.IntN(len(gvrs))]
+				uid := uids[rng.IntN(len(uids))]
+				ns := nsOf(uid)
+				// Resources see the policies in different orders, so their numbers differ.
+				p := rng.IntN(tc.policies)
+				if gvr == deploys {
+					p = tc.policies - 1 - p
+				}
+				policy := fmt.Sprintf("p%d", p)
+				var op string
+				switch r := rng.IntN(100); {
+				case r < 2:
+					op = "DeletePolicy " + policy + " everywhere"
+					s.DeletePolicy(audit.VAPKey(policy), schema.GroupVersionResource{})
+					for c := range model {
+						if c.policy == policy {
+							delete(model, c)
+						}
+					}
+				case r < 4:
+					op = "DeletePolicy " + policy + " on " + gvr.Resource
+					s.DeletePolicy(audit.VAPKey(policy), gvr)
+					for c := range model {
+						if c.policy == policy && c.gvr == gvr {
+							delete(model, c)
+						}
+					}
+				case r < 6:
+					op = "DeleteObject " + uid + " of " + gvr.Resource
+					s.DeleteObject(ObjectKey{GVR: gvr, UID: types.UID(uid)}, ns)
+					for c := range model {
+						if c.uid == uid && c.gvr == gvr {
+							delete(model, c)
+						}
+					}
+				default:
+					var res []audit.Result
+					if r >= 15 { // else: an empty list, which removes the policy's results
+						n := tc.passes[rng.IntN(len(tc.passes))]
+						for j := range n {
+							res = append(res, result(ns, uid, policy, audit.Pass, withProps("binding", fmt.Sprint(j))))
+						}
+						if r < 30 {
+							res[len(res)-1].Verdict = []audit.Verdict{audit.Fail, audit.Warn, audit.Error, audit.Skip}[r%4]
+						}
+					}
+					op = fmt.Sprintf("Set %s on %s of %s: %d results", policy, uid, gvr.Resource, len(res))
+					c := modelCell{gvr: gvr, uid: uid, ns: ns, policy: policy}
+					wantChanged := len(res) > 0 || model[c] != nil
+					if prev := model[c]; len(res) > 0 && len(prev) == len(res) && summary(prev) == summary(res) {
+						wantChanged = false
+					}
+					if got := s.Set(audit.VAPKey(policy), ObjectKey{GVR: gvr, UID: types.UID(uid)}, ns, res); got != wantChanged {
+						t.Fatalf("op %d (%s): changed = %v, want %v", i, op, got, wantChanged)
+					}
+					if len(res) == 0 {
+						delete(model, c)
+					} else {
+						model[c] = res
+					}
+				}
+				checkAgainstModel(t, fmt.Sprintf("op %d (%s)", i, op), s, tc.keepPasses, namespaces, model)
+			}
+		})
+	}
+}
+
+// modelCell is one policy's results on one object in TestStoreAgainstModel's model.
+type modelCell struct {
+	gvr             schema.GroupVersionResource
+	uid, ns, policy string
+}
+
+// checkAgainstModel fails t unless NamespaceCounted, Counts, Summaries and Len of s agree with model, which
+// holds every cell's results as they were set.
+func checkAgainstModel(t *testing.T, when string, s *Store, keepPasses bool, namespaces []string, model map[modelCell][]audit.Result) {
+	t.Helper()
+	whole := map[string][]audit.Result{}
+	passes := map[string]map[types.UID]int{}
+	counts := map[audit.Verdict]int{}
+	sums := map[audit.PolicyKey]Summary{}
+	objects := map[ObjectKey]bool{}
+	for c, res := range model {
+		gvr, uid, ns, policy := c.gvr, c.uid, c.ns, c.policy
+		objects[ObjectKey{GVR: gvr, UID: types.UID(uid)}] = true
+		sum := sums[audit.VAPKey(policy)]
+		sum.Matched++
+		allPass, violations := true, 0
+		for _, r := range res {
+			counts[r.Verdict]++
+			switch r.Verdict {
+			case audit.Pass:
+				sum.Pass++
+			case audit.Fail:
+				sum.Fail++
+			case audit.Warn:
+				sum.Warn++
+			case audit.Error:
+				sum.Error++
+			case audit.Skip:
+				sum.Skip++
+			}
+			if r.Verdict != audit.Pass {
+				allPass = false
+			}
+			if r.Verdict == audit.Fail || r.Verdict == audit.Warn {
+				violations++
+			}
+		}
+		if violations > 0 {
+			sum.Violating++
+			if sum.Namespaces == nil {
+				sum.Namespaces = map[string]int{}
+			}
+			sum.Namespaces[ns] += violations
+		}
+		sums[audit.VAPKey(policy)] = sum
+		if allPass && !keepPasses {
+			if passes[ns] == nil {
+				passes[ns] = map[types.UID]int{}
+			}
+			passes[ns][types.UID(uid)] += len(res)
+		} else {
+			whole[ns] = append(whole[ns], res...)
+		}
+	}
+	for _, ns := range namespaces {
+		gotWhole, gotPasses := s.NamespaceCounted(ns)
+		if summary(gotWhole) != summary(whole[ns]) {
+			t.Fatalf("%s: results in %q = %q, want %q", when, ns, summary(gotWhole), summary(whole[ns]))
+		}
+		if !maps.Equal(gotPasses, passes[ns]) {
+			t.Fatalf("%s: passes in %q = %v, want %v", when, ns, gotPasses, passes[ns])
+		}
+	}
+	if got := s.Counts(); !maps.Equal(got, counts) {
+		t.Fatalf("%s: Counts = %v, want %v", when, got, counts)
+	}
+	got := s.Summaries()
+	if len(got) != len(sums) {
+		t.Fatalf("%s: Summaries has %d policies, want %d", when, len(got), len(sums))
+	}
+	for p, want := range sums {
+		if !got[p].Equal(want) {
+			t.Fatalf("%s: summary of %s = %+v, want %+v", when, p, got[p], want)
+		}
+	}
+	if s.Len() != len(objects) {
+		t.Fatalf("%s: Len = %d, want %d", when, s.Len(), len(objects))
+	}
+}
+
+// Policies that come and go on a resource do not push the next ones out of the inline record: a policy whose
+// results on the resource are all deleted gives its number to the next new policy.
+func TestStoreReusesPolicyNumbers(t *testing.T) {
+	const uid = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+	deploys := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	cases := []struct {
+		name       string
+		deleteOn   schema.GroupVersionResource
+		wantInline bool
+	}{
+		{name: "deleted everywhere", deleteOn: schema.GroupVersionResource{}, wantInline: true},
+		{name: "deleted on the resource", deleteOn: cms, wantInline: true},
+		{name: "deleted on another resource", deleteOn: deploys, wantInline: false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := NewStore(nil)
+			pass := func(policy string) []audit.Result { return []audit.Result{result("n", uid, policy, audit.Pass)} }
+			s.Set(audit.VAPKey("d"), ObjectKey{GVR: deploys, UID: uid}, "n", pass("d"))
+			for i := range inlinePolicies {
+				s.Set(audit.VAPKey(fmt.Sprintf("p%d", i)), key(uid), "n", pass(fmt.Sprintf("p%d", i)))
+			}
+			s.DeletePolicy(audit.VAPKey("p3"), tc.deleteOn)
+			s.Set(audit.VAPKey("new"), key(uid), "n", pass("new"))
+
+			o, _ := s.byNS["n"][s.gvrIndex[cms]].Get(uid)
+			if inline := o.more == nil; inline != tc.wantInline {
+				t.Errorf("the new policy's pass is inline: %v, want %v", inline, tc.wantInline)
+			}
+			if got := s.Summaries()[audit.VAPKey("new")]; got.Pass != 1 || got.Matched != 1 {
+				t.Errorf("summary of the new policy: %+v, want one pass", got)
+			}
+		})
 	}
 }

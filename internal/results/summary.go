@@ -70,10 +70,11 @@ func (s *Store) Summaries() map[audit.PolicyKey]Summary {
 	// By policy index: no map lookup per result.
 	acc := make([]Summary, len(s.policies))
 	for namespace, ns := range s.byNS {
-		for _, objs := range ns {
+		for gi, objs := range ns {
+			policies := s.resources[gi].global
 			for o := range objs.Values() {
 				o.each(func(p policyResults) {
-					sum := &acc[p.policy]
+					sum := &acc[policies[p.policy]]
 					sum.Matched++
 					sum.Pass += int(p.passes)
 					violations := 0
