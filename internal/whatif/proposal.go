@@ -52,8 +52,7 @@ func (e *InputError) Error() string { return strings.Join(e.Problems, "\n") }
 
 // Decode reads the proposed objects. served tells whether the cluster serves a kind; the kinds of the
 // proposed CRDs count as served. An object of a kind nobody serves, or a policy object that does not decode
-// strictly (unknown or mistyped fields), is a problem of the returned *InputError, as is a proposal that
-// holds nothing to evaluate.
+// strictly (unknown or mistyped fields), is a problem of the returned *InputError.
 func Decode(objs []manifests.Object, served func(schema.GroupVersionKind) bool) (*Proposal, error) {
 	p := &Proposal{sources: map[objectID]manifests.Source{}}
 	var problems []string
@@ -105,9 +104,6 @@ func Decode(objs []manifests.Object, served func(schema.GroupVersionKind) bool) 
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %s %s: %v", o.Source, obj.GetKind(), objectName(obj), err))
 		}
-	}
-	if len(problems) == 0 && len(p.CRDs)+len(p.VAPs)+len(p.Bindings)+len(p.AuditPolicies)+len(p.Objects) == 0 {
-		problems = append(problems, "the files hold no objects")
 	}
 	if len(problems) > 0 {
 		return nil, &InputError{Problems: problems}
@@ -162,6 +158,9 @@ func (p *Proposal) ValidateCRDs(ctx context.Context, live map[string]*apiextensi
 			if err != nil {
 				return fmt.Errorf("converting the live CustomResourceDefinition %s: %w", crd.Name, err)
 			}
+			// What kubectl apply sends carries the live object's identity and version.
+			proposed.UID, proposed.ResourceVersion = oldInternal.UID, oldInternal.ResourceVersion
+			proposed.CreationTimestamp, proposed.Generation = oldInternal.CreationTimestamp, oldInternal.Generation
 			strategy.PrepareForUpdate(ctx, proposed, oldInternal)
 			for _, e := range strategy.ValidateUpdate(ctx, proposed, oldInternal) {
 				errs = append(errs, e.Error())
