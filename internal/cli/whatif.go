@@ -182,7 +182,7 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	for _, s := range outcome.Summaries() {
-		if s.NewByVerdict[audit.Fail] > 0 || o.Rejects(audit.Warn) && s.NewByVerdict[audit.Warn] > 0 {
+		if s.NewRejections > 0 || o.Rejects(audit.Warn) && s.NewWarnings > 0 {
 			return Violations()
 		}
 	}

@@ -1,6 +1,11 @@
 package whatif
 
 import (
+	"slices"
+	"strings"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
@@ -9,7 +14,7 @@ const (
 	// PropWhatif tells how a result under the proposal compares with today: WhatifNew, WhatifFixed or
 	// WhatifUnchanged.
 	PropWhatif = "whatif"
-	// PropOnUpdate, on a fail result, says what the API server does with the object's next UPDATE:
+	// PropOnUpdate, on a result that rejects (see Rejects), says what the API server does with the object's next UPDATE:
 	// OnUpdateRejected, OnUpdateRatcheted or OnUpdateAllowed.
 	PropOnUpdate = "onUpdate"
 
@@ -28,21 +33,48 @@ func failing(v audit.Verdict) bool {
 	return v == audit.Fail || v == audit.Warn || v == audit.Error
 }
 
-// sameFinding reports whether two results of one policy on one object are the same finding: the same rule
-// giving the same verdict and message, through the same binding, param, CRD version and pod template. The
-// binding's operation and validationActions are left out: switching a binding from Warn to Deny turns a warn
-// into a fail, a new finding, through the verdict alone.
+// sameFinding reports whether two results of one policy on one object are the same finding: the same verdict
+// and message at the same field, through the same binding, param, CRD version and pod template. The rule's
+// identity is left out, since it is its position (a CRD revision that drops a rule renumbers the others),
+// and so are the binding's operation and validationActions: switching a binding from Warn to Deny turns a
+// warn into a fail, a new finding, through the verdict alone.
 func sameFinding(a, b audit.Result) bool {
-	if a.Verdict != b.Verdict || a.Rule != b.Rule || a.Message != b.Message {
+	if a.Verdict != b.Verdict || a.Message != b.Message {
 		return false
 	}
-	for _, k := range []string{audit.PropBinding, audit.PropParam, audit.PropCRDVersion, audit.PropPodTemplate} {
+	for _, k := range []string{audit.PropFieldPath, audit.PropBinding, audit.PropParam, audit.PropCRDVersion, audit.PropPodTemplate} {
 		if a.Properties[k] != b.Properties[k] {
 			return false
 		}
 	}
 	return true
 }
+
+// Rejects reports whether the API server rejects a request for which a policy gives r, by the rules of its
+// admission dispatcher: a failure; a CRD rule that could not be evaluated; for a ValidatingAdmissionPolicy
+// under failurePolicy Fail, an error of the policy as a whole, a configuration error of a binding or an
+// error of an auditAnnotation (whatever the binding's actions), or any error of a binding with Deny.
+func Rejects(r audit.Result) bool {
+	switch {
+	case r.Verdict == audit.Fail:
+		return true
+	case r.Verdict != audit.Error:
+		return false
+	case r.Properties[audit.PropCRDVersion] != "":
+		return true
+	case r.Properties[audit.PropFailurePolicy] != string(admissionregistrationv1.Fail):
+		return false
+	}
+	binding := r.Properties[audit.PropBinding]
+	return binding == "" ||
+		strings.HasPrefix(r.Message, configErrorPrefix) ||
+		strings.HasPrefix(r.Rule, "auditAnnotations[") ||
+		slices.Contains(strings.Split(r.Properties[audit.PropValidationActions], ","), string(admissionregistrationv1.Deny))
+}
+
+// configErrorPrefix starts the message of a binding's configuration error (a missing param, an object that
+// cannot be converted to the version the policy reads).
+const configErrorPrefix = "failed to configure binding: "
 
 // Compare compares the results of one policy on one object today and under the proposal. It returns the
 // whatif value of each proposed result, and today's failing results that the proposal no longer gives.

@@ -24,8 +24,9 @@ type Summary struct {
 	Matched int
 	// New, Fixed and Unchanged count the failing results (fail, warn, error) by their whatif value.
 	New, Fixed, Unchanged int
-	// NewByVerdict counts the new results by verdict, for exit codes.
-	NewByVerdict map[audit.Verdict]int
+	// NewRejections counts the new results the API server would reject a request for (see Rejects), and
+	// NewWarnings the new warn results: what exit codes are decided on.
+	NewRejections, NewWarnings int
 }
 
 // Row is one listed result: a result under the proposal, or (Whatif fixed, not a pass) a failure of today
@@ -34,7 +35,7 @@ type Row struct {
 	Key      audit.PolicyKey
 	Result   audit.Result
 	Whatif   string
-	OnUpdate string // only on fail results under the proposal
+	OnUpdate string // only on results under the proposal that reject (see Rejects)
 }
 
 // annotation is what a result gains after its report is built.
@@ -57,7 +58,7 @@ type Outcome struct {
 func newOutcome(pairs []*Pair, list []audit.Verdict) *Outcome {
 	o := &Outcome{summaries: map[audit.PolicyKey]*Summary{}, passes: report.CountedPasses{}, notes: map[string]annotation{}}
 	for _, p := range pairs {
-		o.summaries[p.Key] = &Summary{Key: p.Key, NewByVerdict: map[audit.Verdict]int{}}
+		o.summaries[p.Key] = &Summary{Key: p.Key}
 	}
 	for _, v := range list {
 		if i, ok := verdictIndex(v); ok {
@@ -95,7 +96,7 @@ func newAccumulator(out *Outcome) *accumulator {
 func (a *accumulator) summary(key audit.PolicyKey) *Summary {
 	s := a.summaries[key]
 	if s == nil {
-		s = &Summary{Key: key, NewByVerdict: map[audit.Verdict]int{}}
+		s = &Summary{Key: key}
 		a.summaries[key] = s
 	}
 	return s
@@ -120,7 +121,12 @@ func (a *accumulator) object(ctx context.Context, gvr schema.GroupVersionResourc
 				switch e.whatif[i] {
 				case WhatifNew:
 					s.New++
-					s.NewByVerdict[r.Verdict]++
+					if Rejects(r) {
+						s.NewRejections++
+					}
+					if r.Verdict == audit.Warn {
+						s.NewWarnings++
+					}
 				case WhatifUnchanged:
 					s.Unchanged++
 				}
@@ -158,9 +164,8 @@ func (o *Outcome) merge(a *accumulator) {
 		t.New += s.New
 		t.Fixed += s.Fixed
 		t.Unchanged += s.Unchanged
-		for v, n := range s.NewByVerdict {
-			t.NewByVerdict[v] += n
-		}
+		t.NewRejections += s.NewRejections
+		t.NewWarnings += s.NewWarnings
 	}
 	o.rows = append(o.rows, a.rows...)
 	o.results = append(o.results, a.results...)

@@ -48,9 +48,10 @@ type Pair struct {
 	update updateJudge
 }
 
-// updateJudge decides the onUpdate property of the fail results of one object under a proposed policy.
+// updateJudge decides the onUpdate property of the rejecting results of one object under a proposed policy.
 type updateJudge interface {
-	// onUpdate returns, for each result of failing (all fail results of obj under the proposed policy),
+	// onUpdate returns, for each result of failing (the results of obj under the proposed policy for which
+	// Rejects holds),
 	// OnUpdateRejected, OnUpdateRatcheted or OnUpdateAllowed; "" when it cannot be decided.
 	onUpdate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, failing []audit.Result) []string
 }

@@ -214,7 +214,7 @@ func evaluateObject(ctx context.Context, gvr schema.GroupVersionResource, obj *u
 		var failIdx []int
 		var fails []audit.Result
 		for i, res := range proposed {
-			if res.Verdict == audit.Fail {
+			if Rejects(res) {
 				failIdx = append(failIdx, i)
 				fails = append(fails, res)
 			}

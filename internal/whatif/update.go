@@ -13,7 +13,7 @@ import (
 	"github.com/celaudit/celaudit/internal/engine"
 )
 
-// Values of the onUpdate property of a fail result: what the API server does with the object's next UPDATE.
+// Values of the onUpdate property of a result that rejects: what the API server does with the object's next UPDATE.
 const (
 	// OnUpdateRejected: the update is rejected even when it leaves the object unchanged (a no-op patch, a
 	// storage version migration).
@@ -103,7 +103,7 @@ func (j vapJudge) onUpdate(ctx context.Context, gvr schema.GroupVersionResource,
 	var denials []audit.Result
 	if j.update != nil {
 		for _, r := range engine.NewObject(gvr, obj).Evaluate(ctx, j.update) {
-			if r.Verdict == audit.Fail {
+			if Rejects(r) {
 				denials = append(denials, r)
 			}
 		}
@@ -117,10 +117,10 @@ func (j vapJudge) onUpdate(ctx context.Context, gvr schema.GroupVersionResource,
 	return out
 }
 
-// sameDenial reports whether two fail results are the same denial of one object, whatever operation they
-// were evaluated as.
+// sameDenial reports whether two rejecting results are the same denial of one object, whatever operation
+// they were evaluated as.
 func sameDenial(a, b audit.Result) bool {
-	return a.Rule == b.Rule && a.Message == b.Message &&
+	return a.Verdict == b.Verdict && a.Rule == b.Rule && a.Message == b.Message &&
 		a.Properties[audit.PropBinding] == b.Properties[audit.PropBinding] &&
 		a.Properties[audit.PropParam] == b.Properties[audit.PropParam] &&
 		a.Properties[audit.PropPodTemplate] == b.Properties[audit.PropPodTemplate]
