@@ -136,4 +136,3 @@ func decodeWhatifLive(u *unstructured.Unstructured, into runtime.Object) error {
 	}
 	return nil
 }
-

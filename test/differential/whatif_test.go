@@ -165,8 +165,28 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-b/big pass unchanged",
 	}, w.checkVAP)
 
-	if w.ratcheted == 0 || w.rejected == 0 {
-		t.Errorf("the rollout checked %d ratcheted and %d rejected updates: want both", w.ratcheted, w.rejected)
+	// 5. wi-size narrowed to creates: the same failures, which updates no longer meet.
+	var createOnly *unstructured.Unstructured
+	for _, p := range policies {
+		if p.GetKind() == "ValidatingAdmissionPolicy" && p.GetName() == "wi-size" {
+			createOnly = p.DeepCopy()
+		}
+	}
+	rules, _, _ = unstructured.NestedSlice(createOnly.Object, "spec", "matchConstraints", "resourceRules")
+	rules[0].(map[string]any)["operations"] = []any{"CREATE"}
+	if err := unstructured.SetNestedSlice(createOnly.Object, rules, "spec", "matchConstraints", "resourceRules"); err != nil {
+		t.Fatal(err)
+	}
+	w.step("narrow a policy to creates", []*unstructured.Unstructured{createOnly}, cli.ExitOK, []string{
+		"wi-a/limits pass unchanged",
+		"wi-a/small fail unchanged",
+		"wi-a/small error unchanged",
+		"wi-a/big fail unchanged",
+		"wi-b/big pass unchanged",
+	}, w.checkVAP)
+
+	if w.ratcheted == 0 || w.rejected == 0 || w.allowed == 0 {
+		t.Errorf("the rollout checked %d ratcheted, %d rejected and %d allowed updates: want each", w.ratcheted, w.rejected, w.allowed)
 	}
 }
 
@@ -178,7 +198,7 @@ type whatifRollout struct {
 	kubeconfig string
 	stored     []*unstructured.Unstructured
 	// Updates checked, by the onUpdate predicted.
-	ratcheted, rejected int
+	ratcheted, rejected, allowed int
 }
 
 // step runs whatif on proposal, checks the whatif values (plus fixed failures, one line each, as
@@ -356,7 +376,7 @@ func (w *whatifRollout) checkVAP(predicted []prediction) error {
 			return err
 		}
 		var denials []string
-		rejectedOnUpdate := false
+		rejectedOnUpdate, allowed := false, 0
 		for _, p := range predicted {
 			if p.kind != obj.GetKind() || p.object() != obj.GetNamespace()+"/"+obj.GetName() {
 				continue
@@ -369,6 +389,9 @@ func (w *whatifRollout) checkVAP(predicted []prediction) error {
 				denials = append(denials, fmt.Sprintf("ValidatingAdmissionPolicy '%s' with binding '%s' denied request: %s", p.policy, p.props[audit.PropBinding], p.message))
 			}
 			rejectedOnUpdate = rejectedOnUpdate || p.props[whatif.PropOnUpdate] == whatif.OnUpdateRejected
+			if p.props[whatif.PropOnUpdate] == whatif.OnUpdateAllowed {
+				allowed++
+			}
 		}
 		denial, err := denialOf(res.Create(ctx, asNew(current), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}))
 		if err != nil {
@@ -385,6 +408,7 @@ func (w *whatifRollout) checkVAP(predicted []prediction) error {
 			return fmt.Errorf("no-op update of %s/%s/%s: predicted rejected=%v, the API server answered %q", obj.GetNamespace(), obj.GetKind(), obj.GetName(), rejectedOnUpdate, noop)
 		}
 		w.count(0, rejectedOnUpdate)
+		w.allowed += allowed
 	}
 	return nil
 }
