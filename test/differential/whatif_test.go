@@ -110,7 +110,7 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-b/long fail new",
 		"wi-b/long skip new", // the rules are not run over an object too long for its schema
 		"wi-c/huge fail new",
-	}, w.checkCRD)
+	}, w.answers("Widget", "wi-a", "odd", "create", `replicas must be even`), w.checkCRD)
 
 	// 2. A revision that drops the replicas rule and the owner's maxLength: their failures are fixed.
 	revised := laxWidgetCRD(t, crd)
@@ -128,8 +128,7 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-a/odd pass fixed", "wi-a/odd fail fixed", // replicas must be even
 		"wi-b/long pass fixed", "wi-b/long fail fixed", // too long
 		"wi-c/huge fail unchanged", // the size rule, now the first rule
-
-	}, w.checkCRD)
+	}, w.answers("Widget", "wi-a", "odd", "create", ""), w.checkCRD)
 
 	// 3. The policies and their bindings, none of which exist yet.
 	// 3. The policies and their bindings, none of which exist yet. wi-size: wi-size-a (Deny) with the param
@@ -148,7 +147,7 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-b/long pass unchanged",
 		"wi-c/odd warn new",
 		"wi-c/huge warn new",
-	}, w.checkVAP)
+	}, w.answers("ConfigMap", "wi-a", "big", "create", "size 9 exceeds 5"), w.checkVAP)
 
 	// 4. A lower limit in wi-a: the param is read from the proposal instead of the cluster. Only wi-size
 	// reads ConfigMaps as params.
@@ -163,7 +162,7 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-a/big fail new",   // size 9 exceeds 1
 		"wi-a/big fail fixed", // size 9 exceeds 5, today
 		"wi-b/big pass unchanged",
-	}, w.checkVAP)
+	}, w.answers("ConfigMap", "wi-a", "big", "create", "size 9 exceeds 1"), w.checkVAP)
 
 	// 5. wi-size narrowed to creates: the same failures, which updates no longer meet.
 	var createOnly *unstructured.Unstructured
@@ -183,7 +182,7 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-a/small error unchanged",
 		"wi-a/big fail unchanged",
 		"wi-b/big pass unchanged",
-	}, w.checkVAP)
+	}, w.answers("ConfigMap", "wi-a", "big", "update", ""), w.checkVAP)
 
 	if w.ratcheted == 0 || w.rejected == 0 || w.allowed == 0 {
 		t.Errorf("the rollout checked %d ratcheted, %d rejected and %d allowed updates: want each", w.ratcheted, w.rejected, w.allowed)
@@ -202,10 +201,11 @@ type whatifRollout struct {
 }
 
 // step runs whatif on proposal, checks the whatif values (plus fixed failures, one line each, as
-// "<namespace>/<name> <verdict> <whatif>") against want, applies the proposal and runs check until the API
-// server's answers equal the predictions (the API server takes a moment to enforce new rules and params).
+// "<namespace>/<name> <verdict> <whatif>") against want, applies the proposal, waits until inEffect says the
+// API server enforces it, and runs check until the API server's answers equal the predictions (the API
+// server takes a moment to enforce new rules and params, object by object).
 func (w *whatifRollout) step(name string, proposal []*unstructured.Unstructured, code cli.ExitCode, want []string,
-	check func(predicted []prediction) error) {
+	inEffect func() error, check func(predicted []prediction) error) {
 	t := w.t
 	t.Run(name, func(t *testing.T) {
 		predicted, fixed := w.predict(t, proposal, code)
@@ -222,6 +222,9 @@ func (w *whatifRollout) step(name string, proposal []*unstructured.Unstructured,
 		if err := envtestutil.Apply(t.Context(), w.env.Client, proposal...); err != nil {
 			t.Fatal(err)
 		}
+		// Compared only once the API server enforces the change, seen on an object of the fixture's (before,
+		// a prediction of the change could pass on the answers of the previous state).
+		envtestutil.Eventually(t, 30*time.Second, inEffect)
 		envtestutil.Eventually(t, 30*time.Second, func() error { return check(predicted) })
 	})
 }
@@ -279,7 +282,40 @@ func (w *whatifRollout) predict(t *testing.T, proposal []*unstructured.Unstructu
 	return out, fixed
 }
 
-// stored returns the stored objects of kind.
+// answers returns a check that the API server answers a dry-run request (a create of the stored object, or
+// its no-op update) for the stored object of kind, namespace and name with an error containing text, or
+// accepts it when text is "".
+func (w *whatifRollout) answers(kind, namespace, name, request, text string) func() error {
+	return func() error {
+		ctx := context.Background()
+		var obj *unstructured.Unstructured
+		for _, o := range w.storedOf(kind) {
+			if o.GetNamespace() == namespace && o.GetName() == name {
+				obj = o
+			}
+		}
+		res := w.resource(obj)
+		current, err := res.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		dryRun := []string{metav1.DryRunAll}
+		if request == "update" {
+			_, err = res.Update(ctx, current, metav1.UpdateOptions{DryRun: dryRun})
+		} else {
+			_, err = res.Create(ctx, asNew(current), metav1.CreateOptions{DryRun: dryRun})
+		}
+		if apierrors.IsAlreadyExists(err) {
+			err = nil
+		}
+		if text == "" && err == nil || text != "" && err != nil && strings.Contains(err.Error(), text) {
+			return nil
+		}
+		return fmt.Errorf("%s of %s/%s/%s: want an answer with %q, got %v", request, namespace, kind, name, text, err)
+	}
+}
+
+// storedOf returns the stored objects of kind.
 func (w *whatifRollout) storedOf(kind string) []*unstructured.Unstructured {
 	var out []*unstructured.Unstructured
 	for _, o := range w.stored {
