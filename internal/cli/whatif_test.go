@@ -152,15 +152,7 @@ current-context: c
 // returns the path of a kubeconfig for it.
 func startWhatifCluster(t *testing.T) string {
 	t.Helper()
-	env, err := envtestutil.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping the control plane: %v", err)
-		}
-	})
+	env := envtestutil.StartForTest(t)
 	ctx := context.Background()
 	for _, file := range []string{"cluster.yaml", "live-rules.yaml"} {
 		objs, err := envtestutil.DecodeYAML([]byte(mustRead(t, filepath.Join("testdata", "whatif", file))))
@@ -172,11 +164,7 @@ func startWhatifCluster(t *testing.T) string {
 		}
 	}
 	waitServed(t, env.Client)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+	return env.KubeconfigFile(t)
 }
 
 // waitServed waits until the API server enforces the live rules: a Gadget of size l is rejected.

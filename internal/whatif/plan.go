@@ -3,8 +3,8 @@ package whatif
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
-	"sort"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -106,7 +106,7 @@ func Plan(c engine.Compiler, live Live, p *Proposal, sw *Switch) ([]*Pair, error
 		proposedVAPs[v.Name] = v
 		affected[v.Name] = true
 	}
-	for _, name := range sortedKeys(affected) {
+	for _, name := range slices.Sorted(maps.Keys(affected)) {
 		today, proposed := liveVAPs[name], proposedVAPs[name]
 		if proposed == nil {
 			proposed = today
@@ -139,7 +139,7 @@ func Plan(c engine.Compiler, live Live, p *Proposal, sw *Switch) ([]*Pair, error
 			proposedAPs[ap.Name] = ap
 		}
 	}
-	for _, name := range sortedKeys(proposedAPs) {
+	for _, name := range slices.Sorted(maps.Keys(proposedAPs)) {
 		proposed := proposedAPs[name]
 		compiled, binding := c.AuditPolicy(proposed)
 		a := auditpolicy.ToAdmission(proposed)
@@ -189,7 +189,7 @@ func proposedBindings(live []*admissionregistrationv1.ValidatingAdmissionPolicyB
 		}
 	}
 	out := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, 0, len(byName))
-	for _, name := range sortedKeys(byName) {
+	for _, name := range slices.Sorted(maps.Keys(byName)) {
 		out = append(out, byName[name])
 	}
 	return out, affected, err
@@ -201,13 +201,4 @@ func usesParams(paramKind *admissionregistrationv1.ParamKind, kinds map[schema.G
 		return false
 	}
 	return kinds[schema.FromAPIVersionAndKind(paramKind.APIVersion, paramKind.Kind)]
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -130,9 +130,9 @@ func decodeStrict(obj *unstructured.Unstructured, gvk schema.GroupVersionKind, w
 	return nil
 }
 
-// source returns where the proposed object of kind and name was read, for messages.
-func (p *Proposal) source(kind, namespace, name string) string {
-	if s, ok := p.sources[objectID{kind: kind, namespace: namespace, name: name}]; ok {
+// source returns where the proposed cluster-scoped object of kind and name was read, for messages.
+func (p *Proposal) source(kind, name string) string {
+	if s, ok := p.sources[objectID{kind: kind, name: name}]; ok {
 		return s.String()
 	}
 	return "<proposal>"
@@ -149,7 +149,7 @@ func (p *Proposal) ValidateCRDs(ctx context.Context, live map[string]*apiextensi
 	for _, crd := range p.CRDs {
 		proposed, err := internalCRD(scheme, crd)
 		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: CustomResourceDefinition %s: %v", p.source("CustomResourceDefinition", "", crd.Name), crd.Name, err))
+			problems = append(problems, fmt.Sprintf("%s: CustomResourceDefinition %s: %v", p.source("CustomResourceDefinition", crd.Name), crd.Name, err))
 			continue
 		}
 		var errs []string
@@ -173,7 +173,7 @@ func (p *Proposal) ValidateCRDs(ctx context.Context, live map[string]*apiextensi
 		}
 		if len(errs) > 0 {
 			problems = append(problems, fmt.Sprintf("%s: the API server would reject CustomResourceDefinition %s: %s",
-				p.source("CustomResourceDefinition", "", crd.Name), crd.Name, strings.Join(errs, "; ")))
+				p.source("CustomResourceDefinition", crd.Name), crd.Name, strings.Join(errs, "; ")))
 		}
 	}
 	if len(problems) > 0 {
@@ -199,18 +199,18 @@ func (p *Proposal) compileProblems(c engine.Compiler) []string {
 	var out []string
 	for _, crd := range p.CRDs {
 		for _, problem := range crdrules.Compile(crd, c.CRDOptions).Problems() {
-			out = append(out, fmt.Sprintf("%s: CustomResourceDefinition %s: %s", p.source("CustomResourceDefinition", "", crd.Name), crd.Name, problem))
+			out = append(out, fmt.Sprintf("%s: CustomResourceDefinition %s: %s", p.source("CustomResourceDefinition", crd.Name), crd.Name, problem))
 		}
 	}
 	for _, v := range p.VAPs {
 		for _, problem := range c.VAP(v).Problems() {
-			out = append(out, fmt.Sprintf("%s: ValidatingAdmissionPolicy %s: %s", p.source("ValidatingAdmissionPolicy", "", v.Name), v.Name, problem))
+			out = append(out, fmt.Sprintf("%s: ValidatingAdmissionPolicy %s: %s", p.source("ValidatingAdmissionPolicy", v.Name), v.Name, problem))
 		}
 	}
 	for _, ap := range p.AuditPolicies {
 		compiled, _ := c.AuditPolicy(ap)
 		for _, problem := range compiled.Problems() {
-			out = append(out, fmt.Sprintf("%s: AuditPolicy %s: %s", p.source("AuditPolicy", "", ap.Name), ap.Name, problem))
+			out = append(out, fmt.Sprintf("%s: AuditPolicy %s: %s", p.source("AuditPolicy", ap.Name), ap.Name, problem))
 		}
 	}
 	return out

@@ -91,16 +91,7 @@ func TestFrontendsAgree(t *testing.T) {
 // written, then the policies and bindings.
 func storeFrontendCluster(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
 	t.Helper()
-	var policies []*unstructured.Unstructured
-	var crd *unstructured.Unstructured
-	for _, o := range objs {
-		switch {
-		case o.GetKind() == "CustomResourceDefinition":
-			crd = o
-		case engine.IsPolicyObject(o):
-			policies = append(policies, o)
-		}
-	}
+	crd, policies, _ := splitFrontendFixture(objs)
 	lax := laxWidgetCRD(t, crd)
 	t.Cleanup(func() {
 		for _, o := range append(append(policies, crd), objs...) {
@@ -123,6 +114,21 @@ func storeFrontendCluster(t *testing.T, ctx context.Context, objs []*unstructure
 	if err := envtestutil.Apply(ctx, env.Client, policies...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// splitFrontendFixture returns the fixture's CRD, its policy objects (policies and bindings) and the others.
+func splitFrontendFixture(objs []*unstructured.Unstructured) (crd *unstructured.Unstructured, policies, others []*unstructured.Unstructured) {
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "CustomResourceDefinition":
+			crd = o
+		case engine.IsPolicyObject(o):
+			policies = append(policies, o)
+		default:
+			others = append(others, o)
+		}
+	}
+	return crd, policies, others
 }
 
 // laxWidgetCRD returns the fixture's Widget CRD without what its stored objects break: its rules and the

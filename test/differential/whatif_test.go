@@ -26,7 +26,6 @@ import (
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/cli"
-	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/whatif"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
@@ -54,15 +53,7 @@ func (p prediction) object() string { return p.namespace + "/" + p.name }
 // policies with ConfigMap params; step 4 needs the API server to see a param change.
 func TestWhatifPredictsAPIServer(t *testing.T) {
 	ctx := t.Context()
-	env, err := envtestutil.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Logf("stopping the control plane: %v", err)
-		}
-	})
+	env := envtestutil.StartForTest(t)
 	data, err := os.ReadFile("testdata/frontends/cluster.yaml")
 	if err != nil {
 		t.Fatal(err)
@@ -72,19 +63,11 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var crd, limits *unstructured.Unstructured
-	var policies, stored []*unstructured.Unstructured
-	for _, o := range objs {
-		switch {
-		case o.GetKind() == "CustomResourceDefinition":
-			crd = o
-		case engine.IsPolicyObject(o):
-			policies = append(policies, o)
-		default:
-			stored = append(stored, o)
-			if o.GetKind() == "ConfigMap" && o.GetNamespace() == "wi-a" && o.GetName() == "limits" {
-				limits = o
-			}
+	crd, policies, stored := splitFrontendFixture(objs)
+	var limits *unstructured.Unstructured
+	for _, o := range stored {
+		if o.GetKind() == "ConfigMap" && o.GetNamespace() == "wi-a" && o.GetName() == "limits" {
+			limits = o
 		}
 	}
 	if err := envtestutil.Apply(ctx, env.Client, laxWidgetCRD(t, crd)); err != nil {
@@ -93,10 +76,7 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 	if err := envtestutil.Apply(ctx, env.Client, stored...); err != nil {
 		t.Fatal(err)
 	}
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig := env.KubeconfigFile(t)
 	dyn, err := dynamic.NewForConfig(env.Config)
 	if err != nil {
 		t.Fatal(err)
@@ -311,7 +291,10 @@ func (w *whatifRollout) answers(kind, namespace, name, request, text string) fun
 		if text == "" && err == nil || text != "" && err != nil && strings.Contains(err.Error(), text) {
 			return nil
 		}
-		return fmt.Errorf("%s of %s/%s/%s: want an answer with %q, got %v", request, namespace, kind, name, text, err)
+		if err == nil {
+			return fmt.Errorf("%s of %s/%s/%s: want an answer with %q, got an acceptance", request, namespace, kind, name, text)
+		}
+		return fmt.Errorf("%s of %s/%s/%s: want an answer with %q: %w", request, namespace, kind, name, text, err)
 	}
 }
 

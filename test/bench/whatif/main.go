@@ -271,7 +271,7 @@ func whatif(bin, kubeconfig, proposal string) (seconds, rssMiB float64, failures
 	err = cmd.Run()
 	seconds = time.Since(start).Seconds()
 	if code := cmd.ProcessState.ExitCode(); code != 1 { // the tightened rule newly rejects objects
-		return 0, 0, 0, fmt.Errorf("whatif exited %d, want 1: %v\n%s", code, err, errOut.String())
+		return 0, 0, 0, fmt.Errorf("whatif exited %d, want 1: %w\n%s", code, err, errOut.String())
 	}
 	rssMiB = float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
 	failures = strings.Count(out.String(), `"result": "fail"`)
