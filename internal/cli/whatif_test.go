@@ -91,6 +91,13 @@ func TestWhatif(t *testing.T) {
 			want:  []string{`~vap/wi-owner\s+2\s+1\s+0\s+1`},
 		},
 		{
+			name: "AuditPolicy in Deny", args: []string{"whatif", "-f", data("auditpolicy.yaml")}, code: ExitViolations,
+			want: []string{
+				`~auditpolicy/wi-short-owner\s+2\s+1\s+0\s+0`,
+				`~new\s+fail\s+rejected\s+auditpolicy/wi-short-owner\s+wi-shop\s+ConfigMap/anonymous\s+ConfigMap anonymous needs an owner of at most 3 characters`,
+			},
+		},
+		{
 			name: "unparsable YAML", args: []string{"whatif", "-f", data("bad/unparsable.yaml")}, code: ExitBadInput,
 			want: []string{"~error: testdata/whatif/bad/unparsable.yaml:[0-9]+: "},
 		},
