@@ -220,6 +220,11 @@ func (o *Outcome) Rows() []Row { return o.rows }
 // applied: built by report.BuildCounted from the proposal's results, as the operator builds them, so that
 // names, result IDs, messages and summaries are the operator's; then each listed result gains the whatif
 // and onUpdate properties (after the build, so that its resultID stays the operator's).
+//
+// One difference is kept on purpose: the passes of objects with no other result are counted per namespace,
+// not per object, so that memory does not grow with the objects read. In a namespace whose report the
+// operator would split into chunks, they are summed in one chunk rather than spread over the chunks of their
+// objects; the namespace's totals are the same.
 func (o *Outcome) Reports(now time.Time, opts report.Options) report.Reports {
 	reports := report.BuildCounted(o.results, o.passes, nil, now, opts)
 	annotate := func(results []v1alpha2.PolicyReportResult) {
