@@ -122,6 +122,11 @@ MD
   for r in $recorded; do
     cat "$results/$r.md"
   done
+  # kubectl celaudit whatif against a bare LIST: go run ./test/bench/whatif, recorded by hand.
+  if [[ -f "$results/whatif.md" ]]; then
+    echo
+    cat "$results/whatif.md"
+  fi
   if [[ -f test/bench/analysis.md ]]; then
     echo
     cat test/bench/analysis.md

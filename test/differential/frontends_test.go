@@ -91,26 +91,8 @@ func TestFrontendsAgree(t *testing.T) {
 // written, then the policies and bindings.
 func storeFrontendCluster(t *testing.T, ctx context.Context, objs []*unstructured.Unstructured) {
 	t.Helper()
-	var policies []*unstructured.Unstructured
-	var crd *unstructured.Unstructured
-	for _, o := range objs {
-		switch {
-		case o.GetKind() == "CustomResourceDefinition":
-			crd = o
-		case engine.IsPolicyObject(o):
-			policies = append(policies, o)
-		}
-	}
-	lax := crd.DeepCopy()
-	versions, _, _ := unstructured.NestedSlice(lax.Object, "spec", "versions")
-	for _, v := range versions {
-		props := v.(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["spec"].(map[string]any)
-		delete(props, "x-kubernetes-validations")
-		delete(props["properties"].(map[string]any)["owner"].(map[string]any), "maxLength")
-	}
-	if err := unstructured.SetNestedSlice(lax.Object, versions, "spec", "versions"); err != nil {
-		t.Fatal(err)
-	}
+	crd, policies, _ := splitFrontendFixture(objs)
+	lax := laxWidgetCRD(t, crd)
 	t.Cleanup(func() {
 		for _, o := range append(append(policies, crd), objs...) {
 			_ = client.IgnoreNotFound(env.Client.Delete(context.Background(), o.DeepCopy()))
@@ -132,6 +114,38 @@ func storeFrontendCluster(t *testing.T, ctx context.Context, objs []*unstructure
 	if err := envtestutil.Apply(ctx, env.Client, policies...); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// splitFrontendFixture returns the fixture's CRD, its policy objects (policies and bindings) and the others.
+func splitFrontendFixture(objs []*unstructured.Unstructured) (crd *unstructured.Unstructured, policies, others []*unstructured.Unstructured) {
+	for _, o := range objs {
+		switch {
+		case o.GetKind() == "CustomResourceDefinition":
+			crd = o
+		case engine.IsPolicyObject(o):
+			policies = append(policies, o)
+		default:
+			others = append(others, o)
+		}
+	}
+	return crd, policies, others
+}
+
+// laxWidgetCRD returns the fixture's Widget CRD without what its stored objects break: its rules and the
+// owner's maxLength.
+func laxWidgetCRD(t *testing.T, crd *unstructured.Unstructured) *unstructured.Unstructured {
+	t.Helper()
+	lax := crd.DeepCopy()
+	versions, _, _ := unstructured.NestedSlice(lax.Object, "spec", "versions")
+	for _, v := range versions {
+		props := v.(map[string]any)["schema"].(map[string]any)["openAPIV3Schema"].(map[string]any)["properties"].(map[string]any)["spec"].(map[string]any)
+		delete(props, "x-kubernetes-validations")
+		delete(props["properties"].(map[string]any)["owner"].(map[string]any), "maxLength")
+	}
+	if err := unstructured.SetNestedSlice(lax.Object, versions, "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	return lax
 }
 
 // evaluateFiles evaluates the objects of the fixture file against its policies, with file views only.

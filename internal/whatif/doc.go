@@ -1,0 +1,22 @@
+// Package whatif predicts what a proposed change to a cluster's validation would reject among the objects
+// already stored: a new revision of a CustomResourceDefinition, ValidatingAdmissionPolicies and their
+// bindings, AuditPolicies, param objects, or a live binding switched to other validationActions.
+//
+// The proposal overlays the live cluster: a proposed object replaces the live one of its kind and name (a
+// binding, a param object, a namespace), and everything else is read as it is. Each policy the proposal
+// touches is compiled twice, as it is today and as it would be (Plan), and every stored object it covers is
+// read once, page by page, and evaluated under both through the one evaluation path of package engine (Run),
+// so that verdicts and messages are the operator's by construction.
+//
+// Each result under the proposal is compared with today's results on the same object (Compare): it is new
+// when the object does not fail that way today, unchanged when it does, and a failure of today that the
+// proposal no longer gives is fixed. A failing result also says what the API server would do with the
+// object's next UPDATE, which it judges differently from a create: a ValidatingAdmissionPolicy evaluates
+// every update it matches, including the no-op updates of a storage version migration, so its denials are
+// rejected (or allowed, when the binding does not match updates); a CRD's validation ratchets, so an error of
+// a field the update leaves unchanged is dropped. This is decided by running the upstream validation again,
+// as an UPDATE whose old object is the stored object, never by reasoning about the rule by hand.
+//
+// The package reads the cluster only through a Lister of LIST pages and the views it is given; it writes
+// nothing.
+package whatif

@@ -1,0 +1,239 @@
+package whatif
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/engine"
+	"github.com/celaudit/celaudit/internal/listjson"
+)
+
+// DefaultPageSize is the limit of each LIST a run makes when Options gives none: the operator's.
+const DefaultPageSize = 500
+
+// Lister reads one LIST page of a resource, everywhere when namespace is empty (scan.Client does, decoding
+// each item only when it is used).
+type Lister interface {
+	List(ctx context.Context, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) (*listjson.Page, error)
+}
+
+// ReadError is a failure to read the cluster's objects: nothing about the proposal can be said.
+type ReadError struct {
+	Resource schema.GroupVersionResource
+	Err      error
+}
+
+func (e *ReadError) Error() string { return fmt.Sprintf("listing %s: %v", e.Resource, e.Err) }
+func (e *ReadError) Unwrap() error { return e.Err }
+
+// Options tune a run.
+type Options struct {
+	// Workers evaluate the objects of a page concurrently; default GOMAXPROCS.
+	Workers int
+	// PageSize is the limit of each LIST; default DefaultPageSize.
+	PageSize int64
+	// List holds the verdicts whose results are kept whole (for rows and reports); the others are only
+	// counted. Passes are kept only when listed, so that memory does not grow with the objects read.
+	List []audit.Verdict
+}
+
+// Run reads, page by page, every stored object some pair covers and evaluates it under each pair's policy
+// today and under the proposal. served tells which resources the cluster serves: a proposed version that is
+// not served yet has no stored objects to read. At most one page is read ahead of the workers, so memory
+// holds two pages and the kept results, whatever the number of objects.
+func Run(ctx context.Context, lister Lister, served func(schema.GroupVersionResource) bool, pairs []*Pair, opts Options) (*Outcome, error) {
+	opts.Workers = cmp.Or(opts.Workers, runtime.GOMAXPROCS(0))
+	opts.PageSize = cmp.Or(opts.PageSize, DefaultPageSize)
+	idx := newIndex(pairs)
+	out := newOutcome(pairs, opts.List)
+	for _, gvr := range idx.resources {
+		if !served(gvr) {
+			continue
+		}
+		if err := runResource(ctx, lister, gvr, idx.byGVR[gvr], opts, out); err != nil {
+			return nil, err
+		}
+	}
+	out.finish()
+	return out, nil
+}
+
+// coverage is a pair with the resources its two policies cover.
+type coverage struct {
+	pair     *Pair
+	today    bool // Today covers the resource
+	proposed bool // Proposed covers the resource
+}
+
+type index struct {
+	resources []schema.GroupVersionResource // sorted
+	byGVR     map[schema.GroupVersionResource][]coverage
+}
+
+func newIndex(pairs []*Pair) index {
+	idx := index{byGVR: map[schema.GroupVersionResource][]coverage{}}
+	for _, p := range pairs {
+		cov := map[schema.GroupVersionResource]*coverage{}
+		add := func(pol audit.Policy, proposed bool) {
+			if pol == nil {
+				return
+			}
+			for _, gvr := range pol.Resources() {
+				c := cov[gvr]
+				if c == nil {
+					c = &coverage{pair: p}
+					cov[gvr] = c
+				}
+				if proposed {
+					c.proposed = true
+				} else {
+					c.today = true
+				}
+			}
+		}
+		add(p.Today, false)
+		add(p.Proposed, true)
+		for gvr, c := range cov {
+			if idx.byGVR[gvr] == nil {
+				idx.resources = append(idx.resources, gvr)
+			}
+			idx.byGVR[gvr] = append(idx.byGVR[gvr], *c)
+		}
+	}
+	slices.SortFunc(idx.resources, func(a, b schema.GroupVersionResource) int { return cmp.Compare(a.String(), b.String()) })
+	return idx
+}
+
+// runResource lists gvr page by page; while workers evaluate a page's items, the next page is read.
+func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionResource, covs []coverage, opts Options, out *Outcome) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pages := make(chan *listjson.Page) // unbuffered: the reader is at most one page ahead
+	readErr := make(chan error, 1)
+	go func() {
+		defer close(pages)
+		listOpts := metav1.ListOptions{Limit: opts.PageSize}
+		for {
+			page, err := lister.List(ctx, gvr, "", listOpts)
+			if err != nil {
+				readErr <- &ReadError{Resource: gvr, Err: err}
+				return
+			}
+			select {
+			case pages <- page:
+			case <-ctx.Done():
+				return
+			}
+			if listOpts.Continue = page.List.GetContinue(); listOpts.Continue == "" {
+				return
+			}
+		}
+	}()
+	for page := range pages {
+		if err := evaluatePage(ctx, gvr, page, covs, opts.Workers, out); err != nil {
+			cancel()
+			for range pages { //nolint:revive // drain so that the reader returns
+			}
+			return err
+		}
+	}
+	select {
+	case err := <-readErr:
+		return err
+	default:
+		return nil
+	}
+}
+
+// evaluatePage evaluates the page's items with workers, each decoding its own items.
+func evaluatePage(ctx context.Context, gvr schema.GroupVersionResource, page *listjson.Page, covs []coverage, workers int, out *Outcome) error {
+	n := page.Len()
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		firstErr error
+	)
+	next := make(chan int)
+	for range min(workers, n) {
+		wg.Go(func() {
+			acc := newAccumulator(out)
+			for i := range next {
+				obj, err := page.Item(i)
+				if err != nil {
+					mu.Lock()
+					firstErr = cmp.Or(firstErr, error(&ReadError{Resource: gvr, Err: err}))
+					mu.Unlock()
+					continue
+				}
+				acc.object(ctx, gvr, obj, covs)
+			}
+			out.merge(acc)
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return firstErr
+}
+
+// objectResults are one pair's results on one object.
+type objectResults struct {
+	key      audit.PolicyKey
+	proposed []audit.Result
+	whatif   []string
+	onUpdate []string
+	fixed    []audit.Result
+}
+
+// evaluateObject evaluates obj under every pair covering gvr and compares the results.
+func evaluateObject(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, covs []coverage) []objectResults {
+	o := engine.NewObject(gvr, obj)
+	out := make([]objectResults, 0, len(covs))
+	for _, c := range covs {
+		var today, proposed []audit.Result
+		if c.today {
+			today = o.Evaluate(ctx, c.pair.Today)
+		}
+		if c.proposed {
+			proposed = o.Evaluate(ctx, c.pair.Proposed)
+		}
+		whatif, fixed := Compare(today, proposed)
+		r := objectResults{key: c.pair.Key, proposed: proposed, whatif: whatif, fixed: fixed, onUpdate: make([]string, len(proposed))}
+		var failIdx []int
+		var fails []audit.Result
+		for i, res := range proposed {
+			if Rejects(res) {
+				failIdx = append(failIdx, i)
+				fails = append(fails, res)
+			}
+		}
+		if len(fails) > 0 && c.pair.update != nil {
+			for j, v := range c.pair.update.onUpdate(ctx, gvr, obj, fails) {
+				r.onUpdate[failIdx[j]] = v
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// uidOf is the UID under which an object's passes are counted: its own when it has other results (they
+// share a report chunk), none otherwise, so that the counts of passing objects take no memory per object.
+func uidOf(obj *unstructured.Unstructured, hasOthers bool) types.UID {
+	if hasOthers {
+		return obj.GetUID()
+	}
+	return ""
+}
