@@ -53,7 +53,7 @@ files, 3 the cluster could not be reached or read.`,
 	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return BadInput("%w", err) })
 	flags.AddFlags(cmd.PersistentFlags())
 	// One line per subcommand, in the order help lists them.
+	cmd.AddCommand(newCheckCommand(flags, streams))
 	cmd.AddCommand(newVersionCommand(streams))
-	_ = flags
 	return cmd
 }
