@@ -52,7 +52,12 @@ Before judging, a custom resource is pruned and defaulted by its CRD's schema an
 API server's defaults. Not applied: ` + admit.NotApplied + `.
 
 Files may hold several YAML or JSON documents and Lists; directories are walked; - reads standard input.
-Namespaced objects without a namespace are judged in --namespace (default "default"), as kubectl applies them.`,
+Namespaced objects without a namespace are judged in --namespace (default "default"), as kubectl applies them.
+The namespaces every cluster has (default, kube-system, kube-public, kube-node-lease) exist even when the
+inputs do not hold them.
+
+Exit codes: 0 nothing would be rejected; 1 objects would be rejected (fail or error results, and warn
+results with --fail-on warn); 2 bad arguments or input files; 3 the cluster could not be read (--cluster).`,
 		Example: `  # Check a GitOps repository against the rules it holds
   kubectl celaudit check -f deploy/
 
@@ -149,11 +154,13 @@ func (o *checkOptions) print(w io.Writer, rs *ruleSet, t *tally, reports report.
 	return printCheckTable(w, rs, t, list)
 }
 
-// rejects reports whether any result counts for the exit code under --fail-on.
+// rejects reports whether any result counts for the exit code under --fail-on. An error result counts as a
+// fail: the API server rejects a CREATE whose validation or policy errors (failurePolicy Fail; the results of
+// a policy that ignores failures are not errors).
 func (o *checkOptions) rejects(t *tally) bool {
 	for _, c := range t.byPolicy {
 		for v, n := range c.verdicts {
-			if n > 0 && o.output.Rejects(v) {
+			if n > 0 && (v == audit.Error || o.output.Rejects(v)) {
 				return true
 			}
 		}

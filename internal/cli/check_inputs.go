@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -46,8 +47,8 @@ func isContext(obj *unstructured.Unstructured) bool {
 }
 
 // readInputs reads --rules into memory and spools the objects of -f.
-func (o *checkOptions) readInputs() (in *checkInputs, err error) {
-	in = &checkInputs{kindIndex: map[schema.GroupVersionKind]int{}, ruleKinds: map[schema.GroupVersionKind]manifests.Source{}}
+func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
+	in := &checkInputs{kindIndex: map[schema.GroupVersionKind]int{}, ruleKinds: map[schema.GroupVersionKind]manifests.Source{}}
 	reader := manifests.Reader{Stdin: o.streams.In}
 	if err := reader.Walk(o.rules, func(obj manifests.Object) error {
 		in.context = append(in.context, obj)
@@ -110,11 +111,23 @@ func (in *checkInputs) close() {
 	}
 }
 
-// contextObjects returns the context objects without their sources.
+// systemNamespaces are the namespaces the API server creates in every cluster.
+func systemNamespaces() []string {
+	return []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease}
+}
+
+// contextObjects returns the context objects without their sources, after the namespaces every cluster has,
+// so that a Namespace of the inputs with one of their names takes their place.
 func (in *checkInputs) contextObjects() []*unstructured.Unstructured {
-	out := make([]*unstructured.Unstructured, len(in.context))
-	for i, o := range in.context {
-		out[i] = o.Unstructured
+	out := make([]*unstructured.Unstructured, 0, len(in.context)+len(systemNamespaces()))
+	for _, name := range systemNamespaces() {
+		ns := &unstructured.Unstructured{}
+		ns.SetGroupVersionKind(corev1.SchemeGroupVersion.WithKind("Namespace"))
+		ns.SetName(name)
+		out = append(out, ns)
+	}
+	for _, o := range in.context {
+		out = append(out, o.Unstructured)
 	}
 	return out
 }
