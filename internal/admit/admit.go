@@ -2,6 +2,7 @@ package admit
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 
 	apihelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
@@ -117,7 +118,7 @@ func (p *Preparer) Prepare(obj *unstructured.Unstructured) (*unstructured.Unstru
 		return nil, fmt.Errorf("%s: %w", gvk, err)
 	}
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(obj.Object, typed); err != nil {
-		return nil, fmt.Errorf("decoding %s %q: %w", gvk.Kind, obj.GetName(), err)
+		return nil, fmt.Errorf("decoding %s %q: %w", gvk.Kind, obj.GetName(), decodeError(obj, typed, err))
 	}
 	p.scheme.Default(typed)
 	content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(typed)
@@ -127,6 +128,19 @@ func (p *Preparer) Prepare(obj *unstructured.Unstructured) (*unstructured.Unstru
 	out := &unstructured.Unstructured{Object: content}
 	out.SetGroupVersionKind(gvk) // typed objects carry no apiVersion and kind
 	return out, nil
+}
+
+// decodeError explains why obj does not decode into typed as the API server's JSON decoder does, naming the
+// field (the unstructured converter's errors do not), or returns err when that decoder has nothing to say.
+func decodeError(obj *unstructured.Unstructured, typed runtime.Object, err error) error {
+	data, merr := obj.MarshalJSON()
+	if merr != nil {
+		return err
+	}
+	if jerr := json.Unmarshal(data, typed); jerr != nil {
+		return jerr
+	}
+	return err
 }
 
 // PruneAndDefault prunes and defaults a custom resource's content in place by its version's structural
