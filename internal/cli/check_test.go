@@ -81,7 +81,7 @@ func TestCheckOutputs(t *testing.T) {
 	}, {
 		format: OutputJSON,
 		golden: "reports.json",
-		want: []string{`"kind": "List"`, `"kind": "PolicyReport"`, `"namespace": "team-a"`, `"message": "replicas 5 exceed the limit of 3"`},
+		want:   []string{`"kind": "List"`, `"kind": "PolicyReport"`, `"namespace": "team-a"`, `"message": "replicas 5 exceed the limit of 3"`},
 	}, {
 		format: OutputJUnit,
 		golden: "junit.xml",
