@@ -38,9 +38,11 @@ type ruleSet struct {
 // problems is implemented by the compiled policies that know what in them does not compile.
 type problems interface{ Problems() []string }
 
-// paramKinds is implemented by the compiled policies that read params.
-type paramKinds interface {
+// paramReader is implemented by the compiled policies that read params: of which kinds, and whether their
+// bindings' paramRefs can pick a given object (by name or selector).
+type paramReader interface {
 	ParamKinds() []schema.GroupVersionKind
+	ParamScope(obj metav1.Object) (all bool, namespaces []string)
 }
 
 // fileRules compiles the rules among the context objects of in and reads the params they name from in.
@@ -70,18 +72,18 @@ func fileRules(ctx context.Context, in *checkInputs) (*ruleSet, error) {
 	if err := compileProblems(rs.policies, in.context); err != nil {
 		return nil, err
 	}
-	kinds := map[schema.GroupVersionKind]bool{}
+	readers := map[schema.GroupVersionKind][]paramReader{}
 	for _, p := range rs.policies {
-		if pk, ok := p.(paramKinds); ok {
-			for _, gvk := range pk.ParamKinds() {
-				kinds[gvk] = true
+		if pr, ok := p.(paramReader); ok {
+			for _, gvk := range pr.ParamKinds() {
+				readers[gvk] = append(readers[gvk], pr)
 			}
 		}
 	}
-	if len(kinds) == 0 {
+	if len(readers) == 0 {
 		return rs, nil
 	}
-	params, err := readParams(in, kinds, preparer)
+	params, err := readParams(in, readers, preparer)
 	if err != nil {
 		return nil, err
 	}
@@ -163,11 +165,22 @@ func policyKind(k audit.PolicyKey) string {
 	return "ValidatingAdmissionPolicy"
 }
 
-// readParams returns the objects of kinds among the context objects and the spooled manifests, as the API
-// server stores them.
-func readParams(in *checkInputs, kinds map[schema.GroupVersionKind]bool, preparer *admit.Preparer) ([]*unstructured.Unstructured, error) {
+// readParams returns the objects among the context objects and the spooled manifests that a policy's
+// bindings can read as params, as the API server stores them. Only those are kept: a paramKind such as
+// ConfigMap may be the kind of most of the inputs.
+func readParams(in *checkInputs, readers map[schema.GroupVersionKind][]paramReader, preparer *admit.Preparer) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	add := func(src manifests.Source, obj *unstructured.Unstructured) error {
+		read := false
+		for _, r := range readers[obj.GroupVersionKind()] {
+			if all, namespaces := r.ParamScope(obj); all || len(namespaces) > 0 {
+				read = true
+				break
+			}
+		}
+		if !read {
+			return nil
+		}
 		prepared, err := preparer.Prepare(obj)
 		if err != nil {
 			return BadInput("%s: %w", src, err)
@@ -176,7 +189,7 @@ func readParams(in *checkInputs, kinds map[schema.GroupVersionKind]bool, prepare
 		return nil
 	}
 	for _, o := range in.context {
-		if kinds[o.GroupVersionKind()] && !isContext(o.Unstructured) {
+		if len(readers[o.GroupVersionKind()]) > 0 && !isContext(o.Unstructured) {
 			if err := add(o.Source, o.Unstructured); err != nil {
 				return nil, err
 			}
@@ -184,12 +197,12 @@ func readParams(in *checkInputs, kinds map[schema.GroupVersionKind]bool, prepare
 	}
 	spooled := false
 	for _, k := range in.kinds {
-		spooled = spooled || kinds[k]
+		spooled = spooled || len(readers[k]) > 0
 	}
 	if !spooled {
 		return out, nil
 	}
-	err := in.each(func(gvk schema.GroupVersionKind) bool { return kinds[gvk] }, func(r record) error {
+	err := in.each(func(gvk schema.GroupVersionKind) bool { return len(readers[gvk]) > 0 }, func(r record) error {
 		obj, err := r.decode()
 		if err != nil {
 			return BadInput("%w", err)
