@@ -156,25 +156,25 @@ func evaluate(ctx context.Context, in *checkInputs, rs *ruleSet, opts evalOption
 // judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t.
 func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r record) {
 	t.objects++
-	obj, err := r.decode()
-	if err != nil {
-		t.fail(r.seq, err)
-		return
-	}
 	res, err := rs.views.Resources.ResourceForKind(r.kind)
 	if err != nil {
 		t.unmatched++ // an AuditPolicy without its CRD: a rule, not an object to judge (see checkKinds)
+		return
+	}
+	policies := rs.set.For(res.Resource)
+	if len(policies) == 0 {
+		t.unmatched++ // not even decoded
+		return
+	}
+	obj, err := r.decode()
+	if err != nil {
+		t.fail(r.seq, err)
 		return
 	}
 	if !res.Namespaced {
 		obj.SetNamespace("")
 	} else if obj.GetNamespace() == "" {
 		obj.SetNamespace(opts.namespace)
-	}
-	policies := rs.set.For(res.Resource)
-	if len(policies) == 0 {
-		t.unmatched++
-		return
 	}
 	prepared, err := rs.preparer.Prepare(obj)
 	if err != nil {
