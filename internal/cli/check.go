@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -87,6 +88,9 @@ func (o *checkOptions) validate() error {
 	}
 	if len(o.files) == 0 {
 		return BadInput("no manifests to check: give -f FILE|DIR|- (repeatable)")
+	}
+	if slices.Contains(o.files, manifests.Stdin) && slices.Contains(o.rules, manifests.Stdin) {
+		return BadInput("standard input (-) can be read once: give it to -f or to --rules, not both")
 	}
 	if o.cluster && len(o.rules) > 0 {
 		return BadInput("--rules and --cluster exclude each other: the rules come from files or from the cluster")

@@ -147,6 +147,7 @@ func TestCheckExitCodes(t *testing.T) {
 		{name: "unknown verdict", args: []string{"-f", checkManifests, "--results", "fail,bad"}, code: ExitBadInput, stderr: `unknown verdict "bad"`},
 		{name: "positional arguments", args: []string{checkManifests}, code: ExitBadInput, stderr: "unknown command"},
 		{name: "missing file", args: []string{"-f", "testdata/check/nothing.yaml"}, code: ExitBadInput, stderr: "testdata/check/nothing.yaml:0: stat: no such file or directory"},
+		{name: "stdin twice", args: []string{"-f", "-", "--rules", "-"}, code: ExitBadInput, stderr: "standard input (-) can be read once"},
 		{name: "rules and cluster", args: []string{"-f", checkManifests, "--rules", checkRules, "--cluster"}, code: ExitBadInput, stderr: "--rules and --cluster exclude each other"},
 		{name: "cluster is a switch", args: []string{"-f", checkManifests, "--cluster=prod"}, code: ExitBadInput, stderr: `invalid argument "prod" for "--cluster"`},
 	} {
