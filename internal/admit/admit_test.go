@@ -119,6 +119,17 @@ func TestPrepare(t *testing.T) {
 			if beforeYAML, _ := yaml.Marshal(before.Object); string(beforeYAML) != string(mustYAML(t, in)) {
 				t.Errorf("Prepare modified its argument")
 			}
+			data, err := before.MarshalJSON()
+			if err != nil {
+				t.Fatal(err)
+			}
+			fromJSON, err := p.PrepareJSON(before.GroupVersionKind(), data)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if jsonYAML := mustYAML(t, fromJSON); string(jsonYAML) != string(wantYAML) {
+				t.Errorf("prepared from JSON:\n%s\nwant:\n%s", jsonYAML, wantYAML)
+			}
 		})
 	}
 }
@@ -137,10 +148,14 @@ func TestPrepareDecodeError(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, err = p.Prepare(object(t, "{apiVersion: apps/v1, kind: Deployment, metadata: {name: d}, spec: {replicas: many}}"))
+	obj := object(t, "{apiVersion: apps/v1, kind: Deployment, metadata: {name: d}, spec: {replicas: many}}")
 	want := `decoding Deployment "d": json: cannot unmarshal string into Go struct field DeploymentSpec.spec.replicas of type int32`
-	if err == nil || err.Error() != want {
-		t.Errorf("error %v, want %s", err, want)
+	if _, err = p.Prepare(obj); err == nil || err.Error() != want {
+		t.Errorf("Prepare: error %v, want %s", err, want)
+	}
+	data, _ := obj.MarshalJSON()
+	if _, err = p.PrepareJSON(obj.GroupVersionKind(), data); err == nil || err.Error() != want {
+		t.Errorf("PrepareJSON: error %v, want %s", err, want)
 	}
 }
 

@@ -166,20 +166,17 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 		t.unmatched++ // not even decoded
 		return
 	}
-	obj, err := r.decode()
-	if err != nil {
-		t.fail(r.seq, err)
-		return
-	}
-	if !res.Namespaced {
-		obj.SetNamespace("")
-	} else if obj.GetNamespace() == "" {
-		obj.SetNamespace(opts.namespace)
-	}
-	prepared, err := rs.preparer.Prepare(obj)
+	// Decoded and prepared in one step: a built-in object goes straight into its Go type.
+	prepared, err := rs.preparer.PrepareJSON(r.kind, r.data)
 	if err != nil {
 		t.fail(r.seq, &manifests.Error{Source: r.src, Err: err})
 		return
+	}
+	// The namespace is set after preparing, which does not read it.
+	if !res.Namespaced {
+		prepared.SetNamespace("")
+	} else if prepared.GetNamespace() == "" {
+		prepared.SetNamespace(opts.namespace)
 	}
 	o := engine.NewObject(res.Resource, prepared)
 	matched := false
