@@ -3,6 +3,7 @@ package cli
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -70,6 +71,7 @@ func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
 	}()
 	w := bufio.NewWriterSize(in.spool, 1<<20)
 	fileIndex := map[string]int{}
+	var compact bytes.Buffer
 	err = reader.Walk(o.files, func(obj manifests.Object) error {
 		if !o.cluster && isContext(obj.Unstructured) {
 			in.context = append(in.context, obj)
@@ -88,7 +90,7 @@ func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
 			in.kinds = append(in.kinds, gvk)
 			in.firstSeen = append(in.firstSeen, obj.Source)
 		}
-		data, err := obj.MarshalJSON()
+		data, err := spoolJSON(obj, &compact)
 		if err != nil {
 			return &manifests.Error{Source: obj.Source, Err: err}
 		}
@@ -130,6 +132,22 @@ func (in *checkInputs) contextObjects() []*unstructured.Unstructured {
 		out = append(out, o.Unstructured)
 	}
 	return out
+}
+
+// spoolJSON returns the JSON of obj on one line: the JSON it was read from when there is one (YAML converts
+// to compact JSON; a JSON document may need compacting), else obj encoded.
+func spoolJSON(obj manifests.Object, compact *bytes.Buffer) ([]byte, error) {
+	if obj.JSON == nil {
+		return obj.MarshalJSON()
+	}
+	if bytes.IndexByte(obj.JSON, '\n') < 0 {
+		return obj.JSON, nil
+	}
+	compact.Reset()
+	if err := json.Compact(compact, obj.JSON); err != nil {
+		return nil, err
+	}
+	return compact.Bytes(), nil
 }
 
 // record is one spooled object: where it was read, its kind, and its JSON.

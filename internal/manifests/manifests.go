@@ -39,6 +39,9 @@ func (s Source) String() string {
 type Object struct {
 	*unstructured.Unstructured
 	Source Source
+	// JSON is the object as the JSON it was decoded from, for readers that pass it on without encoding it
+	// again; nil for the items of a List. It may span lines.
+	JSON []byte
 }
 
 // Error is a problem with the inputs: a file that cannot be read, a document that does not parse or is not
@@ -300,7 +303,7 @@ func decodeObject(src Source, data []byte, visit func(Object) error) error {
 		}
 		return nil
 	}
-	return visit(Object{Unstructured: obj, Source: src})
+	return visit(Object{Unstructured: obj, Source: src, JSON: data})
 }
 
 // objectError explains why a document is not a Kubernetes object.
