@@ -138,6 +138,9 @@ func (o *checkOptions) run(ctx context.Context) error {
 	if err := o.print(o.streams.Out, rs, tally, reports, verdicts); err != nil {
 		return err
 	}
+	for _, note := range missingParamNotes(in, tally) {
+		fmt.Fprintln(o.streams.ErrOut, "note: "+note)
+	}
 	if tally.builtinMatched > 0 {
 		fmt.Fprintf(o.streams.ErrOut, "note: %d built-in objects were judged with the API server's defaults, but without %s\n",
 			tally.builtinMatched, admit.NotApplied)

@@ -48,7 +48,20 @@ type tally struct {
 	passes         report.CountedPasses
 	sources        map[objectKey]manifests.Source
 	failure        *recordError // the first bad object, in input order
+	// missingParams counts the error results of bindings that found no params, by binding and namespace.
+	missingParams map[missingParams]int
 }
+
+// missingParams names a binding that found no params for the objects of a namespace.
+type missingParams struct {
+	policy    audit.PolicyKey
+	binding   string
+	namespace string
+}
+
+// noParams is the API server's message for a binding whose paramRef picks nothing, under
+// parameterNotFoundAction Deny (k8s.io/apiserver .../policy/generic/policy_dispatcher.go).
+const noParams = "no params found for policy binding with `Deny` parameterNotFoundAction"
 
 type recordError struct {
 	seq int
@@ -56,7 +69,8 @@ type recordError struct {
 }
 
 func newTally() *tally {
-	return &tally{byPolicy: map[audit.PolicyKey]*policyCounts{}, passes: report.CountedPasses{}, sources: map[objectKey]manifests.Source{}}
+	return &tally{byPolicy: map[audit.PolicyKey]*policyCounts{}, passes: report.CountedPasses{}, sources: map[objectKey]manifests.Source{},
+		missingParams: map[missingParams]int{}}
 }
 
 func (t *tally) counts(k audit.PolicyKey) *policyCounts {
@@ -103,6 +117,9 @@ func (t *tally) merge(o *tally) {
 	}
 	if o.failure != nil {
 		t.fail(o.failure.seq, o.failure.err)
+	}
+	for k, n := range o.missingParams {
+		t.missingParams[k] += n
 	}
 }
 
@@ -190,6 +207,9 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 		c.objects++
 		for _, result := range results {
 			c.verdicts[result.Verdict]++
+			if result.Verdict == audit.Error && strings.HasSuffix(result.Message, noParams) {
+				t.missingParams[missingParams{policy: p.Key(), binding: result.Properties[audit.PropBinding], namespace: result.Resource.Namespace}]++
+			}
 			if !slices.Contains(opts.list, result.Verdict) {
 				// Only passes may go unlisted without being counted elsewhere: every other verdict is in the
 				// summaries through the policy counts, but a report counts only what it is given.

@@ -333,3 +333,53 @@ func listAll(ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersion
 		}
 	}
 }
+
+// missingParamNotes says, for each binding that found no params for some objects, what its paramRef looks
+// for, so that the error results' message of the API server ("no params found ...") is explained.
+func missingParamNotes(in *checkInputs, t *tally) []string {
+	refs := map[string]*admissionregistrationv1.ParamRef{}
+	kinds := map[string]string{} // policy name -> "Kind (apiVersion)"
+	for _, o := range in.context {
+		switch o.GroupVersionKind() {
+		case admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"):
+			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+			if runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, b) == nil && b.Spec.ParamRef != nil {
+				refs[b.Name] = b.Spec.ParamRef
+			}
+		case admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"):
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "paramKind", "kind")
+			version, _, _ := unstructured.NestedString(o.Object, "spec", "paramKind", "apiVersion")
+			kinds[o.GetName()] = kind + " (" + version + ")"
+		}
+	}
+	keys := make([]missingParams, 0, len(t.missingParams))
+	for k := range t.missingParams {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b missingParams) int {
+		if c := a.policy.Compare(b.policy); c != 0 {
+			return c
+		}
+		return strings.Compare(a.binding+"/"+a.namespace, b.binding+"/"+b.namespace)
+	})
+	var out []string
+	for _, k := range keys {
+		note := fmt.Sprintf("binding %s of %s found no params for %d objects in namespace %s", k.binding, k.policy, t.missingParams[k], k.namespace)
+		if ref, ok := refs[k.binding]; ok && k.policy.Source == audit.SourceVAP {
+			ns := ref.Namespace
+			if ns == "" {
+				ns = k.namespace
+			}
+			what := "no " + kinds[k.policy.Name]
+			if ref.Name != "" {
+				what += fmt.Sprintf(" named %q", ref.Name)
+			} else if ref.Selector != nil {
+				sel, _ := metav1.LabelSelectorAsSelector(ref.Selector)
+				what += fmt.Sprintf(" matching %q", sel.String())
+			}
+			note += fmt.Sprintf(": %s in namespace %s among the inputs", what, ns)
+		}
+		out = append(out, note)
+	}
+	return out
+}

@@ -100,6 +100,9 @@ func TestCheckOutputs(t *testing.T) {
 			if !strings.Contains(errOut, "note: 4 built-in objects were judged with the API server's defaults, but without system metadata") {
 				t.Errorf("stderr does not say which defaults are not applied:\n%s", errOut)
 			}
+			if want := `note: binding replica-limit of vap/replica-limit found no params for 1 objects in namespace team-b: no ConfigMap (v1) named "limits" in namespace team-b among the inputs`; !strings.Contains(errOut, want) {
+				t.Errorf("stderr does not say which params are missing (%s):\n%s", want, errOut)
+			}
 			for _, w := range tc.want {
 				if !strings.Contains(out, w) {
 					t.Errorf("output lacks %q:\n%s", w, out)
