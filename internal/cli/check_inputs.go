@@ -50,7 +50,7 @@ func isContext(obj *unstructured.Unstructured) bool {
 // readInputs reads --rules into memory and spools the objects of -f.
 func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
 	in := &checkInputs{kindIndex: map[schema.GroupVersionKind]int{}, ruleKinds: map[schema.GroupVersionKind]manifests.Source{}}
-	reader := manifests.Reader{Stdin: o.streams.In}
+	reader := manifests.Reader{Stdin: o.streams.In, Workers: o.workers}
 	if err := reader.Walk(o.rules, func(obj manifests.Object) error {
 		in.context = append(in.context, obj)
 		if _, seen := in.ruleKinds[obj.GroupVersionKind()]; !seen {
