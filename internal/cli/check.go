@@ -134,8 +134,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 		return err
 	}
 
-	reports := report.BuildCounted(tally.listed, tally.passes, nil, time.Now(), report.Options{ListVerdicts: verdicts})
-	if err := o.print(o.streams.Out, rs, tally, reports, verdicts); err != nil {
+	if err := o.print(o.streams.Out, rs, tally, verdicts); err != nil {
 		return err
 	}
 	for _, note := range missingParamNotes(in, tally) {
@@ -151,9 +150,11 @@ func (o *checkOptions) run(ctx context.Context) error {
 	return nil
 }
 
-func (o *checkOptions) print(w io.Writer, rs *ruleSet, t *tally, reports report.Reports, list []audit.Verdict) error {
+func (o *checkOptions) print(w io.Writer, rs *ruleSet, t *tally, list []audit.Verdict) error {
 	switch o.output.Output {
 	case OutputJSON, OutputYAML:
+		// The reports the operator would write for these objects, built as it builds them.
+		reports := report.BuildCounted(t.listed, t.passes, nil, time.Now(), report.Options{ListVerdicts: list})
 		return PrintList(w, o.output.Output, ReportList(reports))
 	case OutputJUnit:
 		return printJUnit(w, rs, t, o.output)
