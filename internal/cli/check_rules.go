@@ -362,7 +362,7 @@ func missingParamNotes(in *checkInputs, t *tally) []string {
 		}
 		return strings.Compare(a.binding+"/"+a.namespace, b.binding+"/"+b.namespace)
 	})
-	var out []string
+	out := make([]string, 0, len(keys))
 	for _, k := range keys {
 		note := fmt.Sprintf("binding %s of %s found no params for %d objects in namespace %s", k.binding, k.policy, t.missingParams[k], k.namespace)
 		if ref, ok := refs[k.binding]; ok && k.policy.Source == audit.SourceVAP {

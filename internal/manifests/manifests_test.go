@@ -21,7 +21,7 @@ func TestDecode(t *testing.T) {
 		name, in, want, wantErr string
 	}{
 		{name: "multi-document YAML with comments and empty documents",
-			in: "# leading comment\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one\n---\n---   # empty\n# only a comment\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: two\n",
+			in:   "# leading comment\napiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: one\n---\n---   # empty\n# only a comment\n---\napiVersion: v1\nkind: Secret\nmetadata:\n  name: two\n",
 			want: "ConfigMap/one@1 Secret/two@10"},
 		{name: "JSON object", in: `{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"ns"}}`, want: "Namespace/ns@1"},
 		{name: "JSON stream", in: "{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\"metadata\":{\"name\":\"a\"}}\n\n{\"apiVersion\":\"v1\",\"kind\":\"Namespace\",\n\"metadata\":{\"name\":\"b\"}}\n",
