@@ -22,8 +22,8 @@ import (
 
 // checkInputs are the manifests of one check, read once: the rule and context objects kept in memory, every
 // object to judge spooled to a temporary file as one JSON line, so that a second pass (params, then the
-// evaluation) reads cheap JSON rather than YAML, standard input included, and no more than one object at a
-// time per worker is ever held.
+// evaluation) reads cheap JSON rather than YAML, standard input included, and only a few objects per worker
+// (a batch of parsed documents, a queue of spooled lines) are held at a time.
 type checkInputs struct {
 	// context holds the objects of --rules and, unless the rules come from a cluster, the CRDs, policies,
 	// bindings, AuditPolicies and Namespaces of the manifests.
