@@ -131,5 +131,10 @@ MD
     echo
     cat test/bench/analysis.md
   fi
+  # Written by hand from test/bench/check.sh runs (kubectl celaudit check on the shared workload).
+  if [[ -f test/bench/results/check.md ]]; then
+    echo
+    cat test/bench/results/check.md
+  fi
 } > BENCHMARKS.md
 log "wrote BENCHMARKS.md"

@@ -54,6 +54,7 @@ files, 3 the cluster could not be reached or read.`,
 	flags.AddFlags(cmd.PersistentFlags())
 	// One line per subcommand, in the order help lists them.
 	cmd.AddCommand(newWhatifCommand(flags, streams))
+	cmd.AddCommand(newCheckCommand(flags, streams))
 	cmd.AddCommand(newSummaryCommand(flags, streams))
 	cmd.AddCommand(newExportCommand(flags, streams))
 	cmd.AddCommand(newVersionCommand(streams))

@@ -27,6 +27,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/views"
 )
 
 // The resources summary reads.
@@ -133,10 +134,13 @@ func dynamicClient(flags *genericclioptions.ConfigFlags) (dynamic.Interface, err
 	return client, nil
 }
 
-// listAll reads every object of gvr in namespace ("" for all) with paginated LISTs and calls each.
-// A resource that is not served (its CRD not installed) yields nothing.
+// listAll reads every object of gvr in namespace ("" for all) with paginated LISTs of opts.Limit objects
+// (default views.DefaultPageSize) and calls each. A resource that is not served (its CRD not installed)
+// yields nothing; any other failure is a ClusterError.
 func listAll(ctx context.Context, client dynamic.Interface, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions, each func(*unstructured.Unstructured) error) error {
-	opts.Limit = summaryPageSize
+	if opts.Limit == 0 {
+		opts.Limit = views.DefaultPageSize
+	}
 	for {
 		list, err := client.Resource(gvr).Namespace(namespace).List(ctx, opts)
 		if apierrors.IsNotFound(err) {
@@ -166,7 +170,7 @@ func convertInto(obj *unstructured.Unstructured, into runtime.Object) error {
 
 func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace string) (summaryInputs, error) {
 	var in summaryInputs
-	managed := metav1.ListOptions{LabelSelector: report.ManagedByLabel + "=" + report.ManagedByValue}
+	managed := metav1.ListOptions{LabelSelector: report.ManagedByLabel + "=" + report.ManagedByValue, Limit: summaryPageSize}
 	err := listAll(ctx, client, policyReportsGVR, namespace, managed, func(u *unstructured.Unstructured) error {
 		var r v1alpha2.PolicyReport
 		if err := convertInto(u, &r); err != nil {

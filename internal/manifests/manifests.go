@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -39,6 +40,9 @@ func (s Source) String() string {
 type Object struct {
 	*unstructured.Unstructured
 	Source Source
+	// JSON is the object as the JSON it was decoded from, for readers that pass it on without encoding it
+	// again; nil for the items of a List. It may span lines.
+	JSON []byte
 }
 
 // Error is a problem with the inputs: a file that cannot be read, a document that does not parse or is not
@@ -55,6 +59,9 @@ func (e *Error) Unwrap() error { return e.Err }
 type Reader struct {
 	// Stdin is read for the path "-" (at most once: a second "-" is an error).
 	Stdin io.Reader
+	// Workers is how many documents are parsed at once (YAML parsing is most of the cost of reading); the
+	// objects are still visited one at a time, in order. 0 or 1 parses one document at a time.
+	Workers int
 }
 
 // Files returns the files paths stand for, in order: a directory stands for the manifest files under it in
@@ -163,17 +170,85 @@ func (r Reader) walkFile(name string, visit func(Object) error) error {
 		defer func() { _ = f.Close() }()
 		in = f
 	}
-	return Decode(name, in, visit)
+	return decode(name, in, visit, r.Workers)
 }
 
 // Decode reads the documents of one file, named name in errors, and calls visit with each object.
 func Decode(name string, in io.Reader, visit func(Object) error) error {
+	return decode(name, in, visit, 1)
+}
+
+// document is one document of a file, and once parsed its objects or the error that stops the reading.
+type document struct {
+	src     Source
+	data    []byte
+	objects []Object
+	err     error
+}
+
+// batchPerWorker is how many documents each worker parses per batch: enough to keep it busy, few enough
+// to hold little.
+const batchPerWorker = 32
+
+func decode(name string, in io.Reader, visit func(Object) error, workers int) error {
+	if workers <= 1 {
+		return split(name, in, func(src Source, data []byte) error { return decodeDocument(src, data, visit) })
+	}
+	var batch []document
+	run := func() error {
+		defer func() { batch = batch[:0] }()
+		var wg sync.WaitGroup
+		next := make(chan int)
+		for range workers {
+			wg.Go(func() {
+				for i := range next {
+					d := &batch[i]
+					d.err = decodeDocument(d.src, d.data, func(o Object) error {
+						d.objects = append(d.objects, o)
+						return nil
+					})
+				}
+			})
+		}
+		for i := range batch {
+			next <- i
+		}
+		close(next)
+		wg.Wait()
+		for _, d := range batch {
+			if d.err != nil {
+				return d.err
+			}
+			for _, o := range d.objects {
+				if err := visit(o); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	err := split(name, in, func(src Source, data []byte) error {
+		batch = append(batch, document{src: src, data: bytes.Clone(data)})
+		if len(batch) < workers*batchPerWorker {
+			return nil
+		}
+		return run()
+	})
+	if err != nil {
+		return err
+	}
+	return run()
+}
+
+// split reads the documents of one file, named name in errors, and calls doc with each, where it starts
+// and its bytes (which are reused after doc returns).
+func split(name string, in io.Reader, doc func(Source, []byte) error) error {
 	lines := bufio.NewReaderSize(in, 64<<10)
-	var doc bytes.Buffer
+	var buf bytes.Buffer
 	line, start := 0, 1
 	flush := func() error {
-		defer doc.Reset()
-		return decodeDocument(Source{File: name, Line: start}, doc.Bytes(), visit)
+		defer buf.Reset()
+		return doc(Source{File: name, Line: start}, buf.Bytes())
 	}
 	for {
 		text, err := lines.ReadBytes('\n')
@@ -185,7 +260,7 @@ func Decode(name string, in io.Reader, visit func(Object) error) error {
 				}
 				start = line + 1
 			} else {
-				doc.Write(text)
+				buf.Write(text)
 			}
 		}
 		if errors.Is(err, io.EOF) {
@@ -300,7 +375,7 @@ func decodeObject(src Source, data []byte, visit func(Object) error) error {
 		}
 		return nil
 	}
-	return visit(Object{Unstructured: obj, Source: src})
+	return visit(Object{Unstructured: obj, Source: src, JSON: data})
 }
 
 // objectError explains why a document is not a Kubernetes object.

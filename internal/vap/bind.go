@@ -396,3 +396,6 @@ func paramRefSelects(ref *admissionregistrationv1.ParamRef, obj metav1.Object) b
 	}
 	return sel.Matches(labels.Set(obj.GetLabels()))
 }
+
+// Problems lists what in the policy does not compile (see Compiled.Problems).
+func (p *Policy) Problems() []string { return p.compiled.Problems() }

@@ -20,11 +20,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
-	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
-	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
-	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -36,6 +33,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
+	"github.com/celaudit/celaudit/internal/admit"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/crdrules"
 	"github.com/celaudit/celaudit/test/envtestutil"
@@ -318,11 +316,7 @@ func createAndReadBack(t *testing.T, res dynamic.ResourceInterface, obj *unstruc
 // The order is the apiserver's: pruning when decoding, then defaulting.
 func asValidated(obj *unstructured.Unstructured, s *structuralschema.Structural) *unstructured.Unstructured {
 	out := obj.DeepCopy()
-	if s != nil {
-		structuralpruning.Prune(out.Object, s, true)
-		structuraldefaulting.PruneNonNullableNullsWithoutDefaults(out.Object, s)
-		structuraldefaulting.Default(out.Object, s)
-	}
+	admit.PruneAndDefault(out.Object, s)
 	h := fnv.New64a()
 	h.Write([]byte(obj.GetAPIVersion() + "/" + obj.GetName()))
 	out.SetUID(types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012x", h.Sum64()&0xffffffffffff)))
@@ -466,11 +460,7 @@ func structuralSchemas(t *testing.T, crd *apiextensionsv1.CustomResourceDefiniti
 		if err != nil || val == nil {
 			t.Fatalf("schema of %s %s: %v", crd.Name, v.Name, err)
 		}
-		internal := &apiextensionsinternal.CustomResourceValidation{}
-		if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(val, internal, nil); err != nil {
-			t.Fatalf("converting the schema of %s %s: %v", crd.Name, v.Name, err)
-		}
-		s, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
+		s, err := admit.Structural(val)
 		if err != nil {
 			t.Fatalf("structural schema of %s %s: %v", crd.Name, v.Name, err)
 		}

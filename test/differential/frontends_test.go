@@ -3,7 +3,6 @@ package differential
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -32,14 +31,7 @@ var frontendNamespaces = []string{"fe-a", "fe-b", "fe-c"}
 // rollout stores it: objects first, the CRD's rules and the policies after.
 func TestFrontendsAgree(t *testing.T) {
 	ctx := context.Background()
-	data, err := os.ReadFile("testdata/frontends/cluster.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	objs, err := envtestutil.DecodeYAML(data)
-	if err != nil {
-		t.Fatal(err)
-	}
+	objs := readFixture(t, "testdata/frontends/cluster.yaml")
 	storeFrontendCluster(t, ctx, objs)
 
 	fromFiles := evaluateFiles(t, ctx, objs)

@@ -1,0 +1,137 @@
+// Command checkverdicts converts the report List that `kubectl celaudit check -o json --results all` prints
+// into the verdict table of the shared benchmark workload (expected/verdicts.tsv: policy, binding, namespace,
+// kind, name, result, actions; one line per (policy, binding, object) the policy and binding match) and,
+// with -expected, compares the two.
+//
+// The workload's result is the verdict a [Deny] binding would give: a violation is "fail" whatever the
+// binding's actions, so check's warn results (violations under [Warn] or [Audit] bindings) are "fail". The
+// workload's "skip" lines are the pairs whose matchConditions are false: the API server admits those
+// silently and celaudit's engine gives no result for them, so an expected skip line without a line from
+// check is counted apart, not as a difference.
+//
+//	kubectl-celaudit check -f objects/ --rules policies/ --rules params/ --rules crds/ --rules namespaces.yaml \
+//	    -o json --results all | go run ./test/bench/checkverdicts -expected expected/verdicts.tsv
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+
+	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/audit"
+)
+
+func main() {
+	expected := flag.String("expected", "", "expected/verdicts.tsv of the workload to compare with")
+	flag.Parse()
+	lines, err := convert(os.Stdin)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "checkverdicts:", err)
+		os.Exit(2)
+	}
+	if *expected == "" {
+		w := bufio.NewWriter(os.Stdout)
+		for _, l := range lines {
+			fmt.Fprintln(w, l)
+		}
+		if err := w.Flush(); err != nil {
+			os.Exit(2)
+		}
+		return
+	}
+	want, err := readTSV(*expected)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "checkverdicts:", err)
+		os.Exit(2)
+	}
+	missing, extra := diff(want, lines)
+	skips := 0
+	missing = slices.DeleteFunc(missing, func(l string) bool {
+		fields := strings.Split(l, "\t")
+		skip := len(fields) == 7 && fields[5] == string(audit.Skip)
+		if skip {
+			skips++
+		}
+		return skip
+	})
+	for _, l := range missing {
+		fmt.Println("- " + l)
+	}
+	for _, l := range extra {
+		fmt.Println("+ " + l)
+	}
+	fmt.Printf("%d expected lines, %d from check: %d equal, %d expected skips (matchConditions false) without a result, %d missing, %d extra\n",
+		len(want), len(lines), len(want)-skips-len(missing), skips, len(missing), len(extra))
+	if len(missing)+len(extra) > 0 {
+		os.Exit(1)
+	}
+}
+
+// convert reads a v1 List of PolicyReports and ClusterPolicyReports and returns its VAP results as sorted
+// TSV lines.
+func convert(r io.Reader) ([]string, error) {
+	var list struct {
+		Items []v1alpha2.PolicyReport `json:"items"`
+	}
+	if err := json.NewDecoder(r).Decode(&list); err != nil {
+		return nil, fmt.Errorf("reading the report List: %w", err)
+	}
+	var out []string
+	for _, report := range list.Items {
+		for _, res := range report.Results {
+			binding := res.Properties[audit.PropBinding]
+			if binding == "" || len(res.Resources) == 0 {
+				continue // not a result of a bound ValidatingAdmissionPolicy
+			}
+			result := string(res.Result)
+			if result == string(audit.Warn) {
+				result = string(audit.Fail)
+			}
+			ref := res.Resources[0]
+			out = append(out, strings.Join([]string{res.Policy, binding, ref.Namespace, ref.Kind, ref.Name, result,
+				res.Properties[audit.PropValidationActions]}, "\t"))
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out), nil
+}
+
+func readTSV(path string) ([]string, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for l := range strings.SplitSeq(string(data), "\n") {
+		if l != "" && !strings.HasPrefix(l, "#") {
+			out = append(out, l)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// diff returns the lines of want not in got and those of got not in want; both are sorted.
+func diff(want, got []string) (missing, extra []string) {
+	i, j := 0, 0
+	for i < len(want) || j < len(got) {
+		switch {
+		case j == len(got) || (i < len(want) && want[i] < got[j]):
+			missing = append(missing, want[i])
+			i++
+		case i == len(want) || got[j] < want[i]:
+			extra = append(extra, got[j])
+			j++
+		default:
+			i++
+			j++
+		}
+	}
+	return missing, extra
+}
