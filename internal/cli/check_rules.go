@@ -13,8 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/client-go/discovery"
-	"k8s.io/client-go/dynamic"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/admit"
@@ -252,22 +250,11 @@ func (rs *ruleSet) checkKinds(in *checkInputs) error {
 // clusterRules reads the rules of the cluster flags connect to: its discovery, CRDs, policies, bindings and
 // AuditPolicies; namespaces and params are read when a policy needs them.
 func clusterRules(ctx context.Context, flags *genericclioptions.ConfigFlags) (*ruleSet, error) {
-	cfg, err := flags.ToRESTConfig()
+	c, err := connect(ctx, flags)
 	if err != nil {
-		return nil, ClusterError("connecting to the cluster: %w", err)
+		return nil, err
 	}
-	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		return nil, ClusterError("connecting to the cluster: %w", err)
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, ClusterError("connecting to the cluster: %w", err)
-	}
-	resolver, err := views.LiveResources(ctx, dc)
-	if err != nil {
-		return nil, ClusterError("reading the cluster's served resources: %w", err)
-	}
+	dyn, resolver := c.dynamic, c.resolver
 	kinds := []schema.GroupVersionKind{
 		apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"),
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"),
@@ -308,11 +295,7 @@ func clusterRules(ctx context.Context, flags *genericclioptions.ConfigFlags) (*r
 	rs := &ruleSet{
 		fromCluster: true,
 		preparer:    preparer,
-		views: engine.Views{
-			Resources:  resolver,
-			Namespaces: views.NewLiveNamespaces(ctx, dyn),
-			Params:     views.NewLiveParams(ctx, dyn, resolver, views.DefaultPageSize),
-		},
+		views:       c.views(ctx),
 	}
 	if err := rs.compile(objs); err != nil {
 		return nil, ClusterError("the cluster's %w", err)

@@ -151,7 +151,7 @@ current-context: c
 		if code != ExitCluster {
 			t.Errorf("exit code %d, want %d; stderr:\n%s", code, ExitCluster, stderr)
 		}
-		checkContains(t, stderr, []string{"error: reading the cluster's API resources: "})
+		checkContains(t, stderr, []string{"error: reading the cluster's served resources: "})
 	})
 }
 

@@ -1,0 +1,73 @@
+package cli
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+
+	"github.com/celaudit/celaudit/internal/engine"
+	"github.com/celaudit/celaudit/internal/vap"
+	"github.com/celaudit/celaudit/internal/views"
+)
+
+// cluster is a connection to the cluster kubectl's flags name, with its discovery read once.
+type cluster struct {
+	config   *rest.Config
+	dynamic  dynamic.Interface
+	resolver *vap.StaticResolver
+}
+
+// connect reads the kubeconfig and the cluster's discovery; any failure is ExitCluster.
+func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*cluster, error) {
+	cfg, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, ClusterError("reading the kubeconfig: %w", err)
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, ClusterError("connecting to the cluster: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, ClusterError("connecting to the cluster: %w", err)
+	}
+	resolver, err := views.LiveResources(ctx, dc)
+	if err != nil {
+		return nil, ClusterError("reading the cluster's served resources: %w", err)
+	}
+	return &cluster{config: cfg, dynamic: dyn, resolver: resolver}, nil
+}
+
+// views returns the views policies read the cluster through: namespaces and params read on demand, each
+// at most once.
+func (c *cluster) views(ctx context.Context) engine.Views {
+	return engine.Views{
+		Resources:  c.resolver,
+		Namespaces: views.NewLiveNamespaces(ctx, c.dynamic),
+		Params:     views.NewLiveParams(ctx, c.dynamic, c.resolver, views.DefaultPageSize),
+	}
+}
+
+// listTyped reads every object of gvr with paginated LISTs, decoded into T.
+func listTyped[T any, PT interface {
+	*T
+	runtime.Object
+}](ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource) ([]*T, error) {
+	var out []*T
+	err := listAll(ctx, dyn, gvr, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
+		obj := PT(new(T))
+		if err := convertInto(u, obj); err != nil {
+			return err
+		}
+		out = append(out, (*T)(obj))
+		return nil
+	})
+	return out, err
+}
