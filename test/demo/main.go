@@ -95,6 +95,10 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	}
 	fmt.Println("New writes now only get warnings; the Deployments already stored are never checked by the API server.")
 
+	step("Before tightening: what would the stricter CRD and a Deny binding reject among the stored objects?")
+	plugin(kubeconfig, "whatif", "-f", filepath.Join(envtestutil.RepoRoot(), "test", "demo", "testdata", "widget-crd-tightened.yaml"))
+	plugin(kubeconfig, "whatif", "--binding", "deployment-best-practices", "--actions", "Deny")
+
 	step("Tightening the CRD: a replica-range rule, an image rule, maximum: 50 and an enum on tier")
 	if err := applyYAML(ctx, c, widgetCRDTightened); err != nil {
 		return err
