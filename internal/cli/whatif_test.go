@@ -68,10 +68,9 @@ func TestWhatif(t *testing.T) {
 		{
 			name: "binding switched to Deny", args: []string{"whatif", "--binding", "wi-owner", "--actions", "Deny"}, code: ExitViolations, golden: "binding.table",
 			want: []string{
-				// The warning of today becomes a denial: a new fail, and a warn that is gone.
-				`~vap/wi-owner\s+2\s+1\s+1\s+0`,
+				// The warning of today becomes a denial: a new fail, and nothing fixed.
+				`~vap/wi-owner\s+2\s+1\s+0\s+0`,
 				`~new\s+fail\s+rejected\s+vap/wi-owner\s+wi-shop\s+ConfigMap/anonymous\s+ConfigMap anonymous has no owner label`,
-				`~fixed\s+warn\s+-\s+vap/wi-owner\s+wi-shop\s+ConfigMap/anonymous\s+ConfigMap anonymous has no owner label`,
 			},
 		},
 		{

@@ -33,6 +33,18 @@ func failing(v audit.Verdict) bool {
 	return v == audit.Fail || v == audit.Warn || v == audit.Error
 }
 
+// escalated reports whether the proposal gives today's warning t as a failure: the same finding (see
+// sameFinding) with the verdict a Deny binding gives where a Warn binding warned. Nothing is fixed then; the
+// object is rejected instead of warned about, which the proposal's fail says as a new finding.
+func escalated(t audit.Result, proposed []audit.Result) bool {
+	if t.Verdict != audit.Warn {
+		return false
+	}
+	asFail := t
+	asFail.Verdict = audit.Fail
+	return containsFinding(proposed, asFail)
+}
+
 // sameFinding reports whether two results of one policy on one object are the same finding: the same verdict
 // and message at the same field, through the same binding, param, CRD version and pod template. The rule's
 // identity is left out, since it is its position (a CRD revision that drops a rule renumbers the others),
@@ -77,7 +89,8 @@ func Rejects(r audit.Result) bool {
 const configErrorPrefix = "failed to configure binding: "
 
 // Compare compares the results of one policy on one object today and under the proposal. It returns the
-// whatif value of each proposed result, and today's failing results that the proposal no longer gives.
+// whatif value of each proposed result, and today's failing results that the proposal no longer gives (a
+// warning the proposal turns into a failure is not among them: see escalated).
 func Compare(today, proposed []audit.Result) (whatif []string, fixed []audit.Result) {
 	failedToday := false
 	for _, t := range today {
@@ -97,7 +110,7 @@ func Compare(today, proposed []audit.Result) (whatif []string, fixed []audit.Res
 		}
 	}
 	for _, t := range today {
-		if failing(t.Verdict) && !containsFinding(proposed, t) {
+		if failing(t.Verdict) && !containsFinding(proposed, t) && !escalated(t, proposed) {
 			fixed = append(fixed, t)
 		}
 	}

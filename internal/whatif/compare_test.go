@@ -45,8 +45,23 @@ func TestCompare(t *testing.T) {
 			want:     []string{WhatifUnchanged},
 		},
 		{
-			name:      "a warning becomes a denial: a new fail, a fixed warn",
-			today:     []audit.Result{result(audit.Warn, "no owner", withProp(audit.PropBinding, "b"))},
+			// Nothing is fixed: the object is rejected instead of warned about.
+			name:     "a warning becomes a denial: a new fail, nothing fixed",
+			today:    []audit.Result{result(audit.Warn, "no owner", withProp(audit.PropBinding, "b"))},
+			proposed: []audit.Result{result(audit.Fail, "no owner", withProp(audit.PropBinding, "b"))},
+			want:     []string{WhatifNew},
+		},
+		{
+			// The rejection is gone: fixed, and the warning is new.
+			name:      "a denial becomes a warning: a new warn, a fixed fail",
+			today:     []audit.Result{result(audit.Fail, "no owner", withProp(audit.PropBinding, "b"))},
+			proposed:  []audit.Result{result(audit.Warn, "no owner", withProp(audit.PropBinding, "b"))},
+			want:      []string{WhatifNew},
+			wantFixed: []string{"no owner"},
+		},
+		{
+			name:      "a warning becomes a denial through another binding: fixed",
+			today:     []audit.Result{result(audit.Warn, "no owner", withProp(audit.PropBinding, "a"))},
 			proposed:  []audit.Result{result(audit.Fail, "no owner", withProp(audit.PropBinding, "b"))},
 			want:      []string{WhatifNew},
 			wantFixed: []string{"no owner"},
