@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"encoding/json"
 	"encoding/xml"
 	"os"
@@ -9,8 +8,6 @@ import (
 	"regexp"
 	"strings"
 	"testing"
-
-	"k8s.io/cli-runtime/pkg/genericiooptions"
 )
 
 const (
@@ -20,10 +17,7 @@ const (
 
 // runCheck runs `kubectl celaudit check args...` in process.
 func runCheck(stdin string, args ...string) (stdout, stderr string, code ExitCode) {
-	var out, errOut bytes.Buffer
-	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
-	code = ExitCode(Run(streams, append([]string{"check"}, args...)))
-	return out.String(), errOut.String(), code
+	return runPlugin(append([]string{"check"}, args...), stdin)
 }
 
 // timestamps of report results: the time of the run.
@@ -31,22 +25,7 @@ var checkTimestamp = regexp.MustCompile(`"seconds": \d+`)
 
 func checkGoldenFile(t *testing.T, name, got string) {
 	t.Helper()
-	path := filepath.Join("testdata/check/golden", name)
-	if *update { // golden files are rewritten with -update, as whatif's
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Errorf("output differs from %s (rerun with -update if the change is intended):\n--- got\n%s", path, got)
-	}
+	checkGolden(t, filepath.Join("testdata/check/golden", name), got)
 }
 
 // TestCheckOutputs checks each output format against its golden file and, independently of the golden

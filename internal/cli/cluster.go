@@ -24,11 +24,34 @@ type cluster struct {
 	resolver *vap.StaticResolver
 }
 
-// connect reads the kubeconfig and the cluster's discovery; any failure is ExitCluster.
-func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*cluster, error) {
+// restConfig reads the kubeconfig the connection flags name; a failure is ExitCluster, like any failure to
+// reach the cluster.
+func restConfig(flags *genericclioptions.ConfigFlags) (*rest.Config, error) {
 	cfg, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, ClusterError("reading the kubeconfig: %w", err)
+	}
+	return cfg, nil
+}
+
+// dynamicClient returns a dynamic client for the cluster the connection flags name.
+func dynamicClient(flags *genericclioptions.ConfigFlags) (dynamic.Interface, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, ClusterError("connecting to the cluster: %w", err)
+	}
+	return dyn, nil
+}
+
+// connect reads the kubeconfig and the cluster's discovery; any failure is ExitCluster.
+func connect(ctx context.Context, flags *genericclioptions.ConfigFlags) (*cluster, error) {
+	cfg, err := restConfig(flags)
+	if err != nil {
+		return nil, err
 	}
 	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {

@@ -121,19 +121,6 @@ as "-".`,
 	return cmd
 }
 
-// dynamicClient returns a dynamic client for the cluster the connection flags name.
-func dynamicClient(flags *genericclioptions.ConfigFlags) (dynamic.Interface, error) {
-	cfg, err := flags.ToRESTConfig()
-	if err != nil {
-		return nil, BadInput("reading the kubeconfig: %w", err)
-	}
-	client, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, ClusterError("connecting to the cluster: %w", err)
-	}
-	return client, nil
-}
-
 // listAll reads every object of gvr in namespace ("" for all) with paginated LISTs of opts.Limit objects
 // (default views.DefaultPageSize) and calls each. A resource that is not served (its CRD not installed)
 // yields nothing; any other failure is a ClusterError.

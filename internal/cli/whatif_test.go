@@ -124,7 +124,7 @@ func TestWhatif(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			stdout, stderr, code := runWhatif(append(tc.args, "--kubeconfig", kubeconfig), tc.stdin)
+			stdout, stderr, code := runPlugin(append(tc.args, "--kubeconfig", kubeconfig), tc.stdin)
 			if code != tc.code {
 				t.Errorf("exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", code, tc.code, stdout, stderr)
 			}
@@ -146,7 +146,7 @@ current-context: c
 `), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_, stderr, code := runWhatif([]string{"whatif", "-f", data("relax.yaml"), "--kubeconfig", unreachable}, "")
+		_, stderr, code := runPlugin([]string{"whatif", "-f", data("relax.yaml"), "--kubeconfig", unreachable}, "")
 		if code != ExitCluster {
 			t.Errorf("exit code %d, want %d; stderr:\n%s", code, ExitCluster, stderr)
 		}
@@ -189,7 +189,8 @@ func waitServed(t *testing.T, c client.Client) {
 	})
 }
 
-func runWhatif(args []string, stdin string) (stdout, stderr string, code ExitCode) {
+// runPlugin runs `kubectl celaudit args...` in process.
+func runPlugin(args []string, stdin string) (stdout, stderr string, code ExitCode) {
 	var out, errOut bytes.Buffer
 	streams := genericiooptions.IOStreams{In: strings.NewReader(stdin), Out: &out, ErrOut: &errOut}
 	code = ExitCode(Run(streams, args))
