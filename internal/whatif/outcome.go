@@ -45,7 +45,7 @@ type annotation struct {
 
 // Outcome is what a run found.
 type Outcome struct {
-	listed [5]bool // by verdictIndex
+	listed map[audit.Verdict]bool // read only once built
 
 	mu        sync.Mutex
 	summaries map[audit.PolicyKey]*Summary
@@ -56,27 +56,18 @@ type Outcome struct {
 }
 
 func newOutcome(pairs []*Pair, list []audit.Verdict) *Outcome {
-	o := &Outcome{summaries: map[audit.PolicyKey]*Summary{}, passes: report.CountedPasses{}, notes: map[string]annotation{}}
+	o := &Outcome{summaries: map[audit.PolicyKey]*Summary{}, passes: report.CountedPasses{}, notes: map[string]annotation{},
+		listed: map[audit.Verdict]bool{}}
 	for _, p := range pairs {
 		o.summaries[p.Key] = &Summary{Key: p.Key}
 	}
 	for _, v := range list {
-		if i, ok := verdictIndex(v); ok {
-			o.listed[i] = true
-		}
+		o.listed[v] = true
 	}
 	return o
 }
 
-func verdictIndex(v audit.Verdict) (int, bool) {
-	i := slices.Index([]audit.Verdict{audit.Pass, audit.Fail, audit.Warn, audit.Error, audit.Skip}, v)
-	return i, i >= 0
-}
-
-func (o *Outcome) isListed(v audit.Verdict) bool {
-	i, ok := verdictIndex(v)
-	return ok && o.listed[i]
-}
+func (o *Outcome) isListed(v audit.Verdict) bool { return o.listed[v] }
 
 // accumulator collects one worker's findings, merged into the outcome once the worker is done, so that
 // workers do not contend for the outcome's lock per object.
