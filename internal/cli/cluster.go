@@ -78,19 +78,29 @@ func (c *cluster) views(ctx context.Context) engine.Views {
 	}
 }
 
-// listTyped reads every object of gvr with paginated LISTs, decoded into T.
+// listTyped reads every object of gvr in namespace ("" for all) with paginated LISTs (see listAll), decoded
+// into T.
 func listTyped[T any, PT interface {
 	*T
 	runtime.Object
-}](ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource) ([]*T, error) {
-	var out []*T
-	err := listAll(ctx, dyn, gvr, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
-		obj := PT(new(T))
-		if err := convertInto(u, obj); err != nil {
+}](ctx context.Context, dyn dynamic.Interface, gvr schema.GroupVersionResource, namespace string, opts metav1.ListOptions) ([]T, error) {
+	var out []T
+	err := listAll(ctx, dyn, gvr, namespace, opts, func(u *unstructured.Unstructured) error {
+		var obj T
+		if err := convertInto(u, PT(&obj)); err != nil {
 			return err
 		}
-		out = append(out, (*T)(obj))
+		out = append(out, obj)
 		return nil
 	})
 	return out, err
+}
+
+// pointers returns a pointer to each element of vs.
+func pointers[T any](vs []T) []*T {
+	out := make([]*T, len(vs))
+	for i := range vs {
+		out[i] = &vs[i]
+	}
+	return out
 }

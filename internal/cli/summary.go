@@ -158,39 +158,17 @@ func convertInto(obj *unstructured.Unstructured, into runtime.Object) error {
 func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace string) (summaryInputs, error) {
 	var in summaryInputs
 	managed := metav1.ListOptions{LabelSelector: report.ManagedByLabel + "=" + report.ManagedByValue, Limit: summaryPageSize}
-	err := listAll(ctx, client, policyReportsGVR, namespace, managed, func(u *unstructured.Unstructured) error {
-		var r v1alpha2.PolicyReport
-		if err := convertInto(u, &r); err != nil {
-			return err
-		}
-		in.reports.PolicyReports = append(in.reports.PolicyReports, r)
-		return nil
-	})
-	if err != nil {
+	var err error
+	if in.reports.PolicyReports, err = listTyped[v1alpha2.PolicyReport](ctx, client, policyReportsGVR, namespace, managed); err != nil {
 		return in, err
 	}
 	if namespace == "" {
-		err = listAll(ctx, client, clusterPolicyReportsGVR, "", managed, func(u *unstructured.Unstructured) error {
-			var r v1alpha2.ClusterPolicyReport
-			if err := convertInto(u, &r); err != nil {
-				return err
-			}
-			in.reports.ClusterPolicyReports = append(in.reports.ClusterPolicyReports, r)
-			return nil
-		})
+		in.reports.ClusterPolicyReports, err = listTyped[v1alpha2.ClusterPolicyReport](ctx, client, clusterPolicyReportsGVR, "", managed)
 		if err != nil {
 			return in, err
 		}
 	}
-	err = listAll(ctx, client, auditPoliciesGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
-		var ap v1alpha1.AuditPolicy
-		if err := convertInto(u, &ap); err != nil {
-			return err
-		}
-		in.auditPolicies = append(in.auditPolicies, ap)
-		return nil
-	})
-	if err != nil {
+	if in.auditPolicies, err = listTyped[v1alpha1.AuditPolicy](ctx, client, auditPoliciesGVR, "", metav1.ListOptions{}); err != nil {
 		return in, err
 	}
 	bound := map[string]bool{}

@@ -66,16 +66,19 @@ func (c *whatifCluster) live(ctx context.Context, p *whatif.Proposal) (whatif.Li
 		}
 		live.CRDs[crd.Name] = typed
 	}
-	var err error
-	if live.VAPs, err = listTyped[admissionregistrationv1.ValidatingAdmissionPolicy](ctx, c.dynamic, vapsGVR); err != nil {
+	vaps, err := listTyped[admissionregistrationv1.ValidatingAdmissionPolicy](ctx, c.dynamic, vapsGVR, "", metav1.ListOptions{})
+	if err != nil {
 		return whatif.Live{}, err
 	}
-	if live.Bindings, err = listTyped[admissionregistrationv1.ValidatingAdmissionPolicyBinding](ctx, c.dynamic, vapBindingsGVR); err != nil {
+	bindings, err := listTyped[admissionregistrationv1.ValidatingAdmissionPolicyBinding](ctx, c.dynamic, vapBindingsGVR, "", metav1.ListOptions{})
+	if err != nil {
 		return whatif.Live{}, err
 	}
 	// AuditPolicies exist only where celaudit is installed (listTyped yields none where they are not served).
-	if live.AuditPolicies, err = listTyped[v1alpha1.AuditPolicy](ctx, c.dynamic, auditPoliciesGVR); err != nil {
+	aps, err := listTyped[v1alpha1.AuditPolicy](ctx, c.dynamic, auditPoliciesGVR, "", metav1.ListOptions{})
+	if err != nil {
 		return whatif.Live{}, err
 	}
+	live.VAPs, live.Bindings, live.AuditPolicies = pointers(vaps), pointers(bindings), pointers(aps)
 	return live, nil
 }
