@@ -244,7 +244,11 @@ func (e *evaluation) evaluateParam(b *boundBinding, ev evaluator, match definiti
 			return []audit.Result{e.result("matchConditions", audit.Error, c.matchError(m.Error, ev.withheld), e.errorProps(props))}
 		}
 		if !m.Matches {
-			return nil
+			// The API server admits the request without evaluating the validations. A skip says so in the
+			// report (as peers report a policy whose preconditions exclude an object), so that an object the
+			// policy's rules cover is never silently missing from it.
+			return []audit.Result{e.result("matchConditions", audit.Skip,
+				fmt.Sprintf("not evaluated: matchCondition %q is false for this object", m.FailedConditionName), props)}
 		}
 	}
 	v := ev.validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)

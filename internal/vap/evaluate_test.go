@@ -303,12 +303,12 @@ func TestEvaluateMatchConditions(t *testing.T) {
 		name:   "a false condition leaves the object out",
 		policy: newPolicy("p", withMatchCondition("apps", onlyApps), withValidation(replicasRule)),
 		obj:    newDeployment("prod", "d", 5),
-		want:   nil,
+		want:   []row{{"matchConditions", audit.Skip, `not evaluated: matchCondition "apps" is false for this object`, denyProps()}},
 	}, {
 		name:   "a false condition wins over an error",
 		policy: newPolicy("p", withMatchCondition("broken", "object.spec.missing == 1"), withMatchCondition("apps", onlyApps), withValidation(replicasRule)),
 		obj:    newDeployment("prod", "d", 5),
-		want:   nil,
+		want:   []row{{"matchConditions", audit.Skip, `not evaluated: matchCondition "apps" is false for this object`, denyProps()}},
 	}, {
 		name:   "an error under failurePolicy Fail",
 		policy: newPolicy("p", withMatchCondition("broken", "object.spec.missing == 1"), withValidation(replicasRule)),

@@ -150,8 +150,10 @@ func TestEvaluateParams(t *testing.T) {
 		policy:   limitsPolicy(withMatchCondition("strict", "params.spec.maxReplicas < 5"), withAuditAnnotation("max", "string(params.spec.maxReplicas)")),
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
-		want: []row{{"validations[0]", audit.Fail, "at most 2",
-			denyProps("rule", maxReplicasRule, "reason", "Invalid", "param", "prod/strict", "auditAnnotation.max", "2")}},
+		want: []row{
+			{"matchConditions", audit.Skip, `not evaluated: matchCondition "strict" is false for this object`, denyProps("param", "prod/loose")},
+			{"validations[0]", audit.Fail, "at most 2",
+				denyProps("rule", maxReplicasRule, "reason", "Invalid", "param", "prod/strict", "auditAnnotation.max", "2")}},
 	}, {
 		name:     "namespaced paramRef without namespace for a cluster-scoped object",
 		policy:   limitsPolicy(withRules(rule("", "v1", "nodes"))),
