@@ -28,11 +28,19 @@ properties:
         port: {type: integer}
 `)
 	p := Compile(newCRD(b, root), Options{})
-	for _, bc := range []struct{ name, body string }{
-		{"pass", "spec: {minReplicas: 1, replicas: 2, maxReplicas: 3, mode: fast, ports: [{port: 8080}, {port: 8443}]}"},
-		{"fail", "spec: {minReplicas: 1, replicas: 5, maxReplicas: 3, mode: fast, ports: [{port: 80}, {port: 443}]}"},
+	for _, bc := range []struct {
+		name, body string
+		managed    bool
+	}{
+		{"pass", "spec: {minReplicas: 1, replicas: 2, maxReplicas: 3, mode: fast, ports: [{port: 8080}, {port: 8443}]}", false},
+		{"fail", "spec: {minReplicas: 1, replicas: 5, maxReplicas: 3, mode: fast, ports: [{port: 80}, {port: 443}]}", false},
+		// A stored object carries the managed fields of each writer: what kubectl apply and a controller leave.
+		{"pass-managed-fields", "spec: {minReplicas: 1, replicas: 2, maxReplicas: 3, mode: fast, ports: [{port: 8080}, {port: 8443}]}", true},
 	} {
 		obj := widget(b, bc.body)
+		if bc.managed {
+			withManagedFields(b, obj)
+		}
 		b.Run(bc.name, func(b *testing.B) {
 			ctx := context.Background()
 			for b.Loop() {

@@ -149,3 +149,45 @@ func dump(fs []Finding) string {
 	}
 	return b.String()
 }
+
+// withManagedFields gives obj the managed fields the API server records for a kubectl apply and a later
+// update by a controller.
+func withManagedFields(t testing.TB, obj *unstructured.Unstructured) {
+	t.Helper()
+	m := object(t, `apiVersion: v1
+kind: List
+metadata:
+  managedFields:
+  - apiVersion: example.com/v1
+    fieldsType: FieldsV1
+    fieldsV1:
+      f:metadata:
+        f:annotations:
+          .: {}
+          f:kubectl.kubernetes.io/last-applied-configuration: {}
+      f:spec:
+        .: {}
+        f:maxReplicas: {}
+        f:minReplicas: {}
+        f:mode: {}
+        f:ports: {}
+        f:replicas: {}
+    manager: kubectl-client-side-apply
+    operation: Update
+    time: "2026-11-20T10:00:00Z"
+  - apiVersion: example.com/v1
+    fieldsType: FieldsV1
+    fieldsV1:
+      f:status:
+        .: {}
+        f:conditions: {}
+        f:observedGeneration: {}
+    manager: widget-controller
+    operation: Update
+    subresource: status
+    time: "2026-11-20T10:00:05Z"
+`)
+	if err := unstructured.SetNestedField(obj.Object, m.Object["metadata"].(map[string]interface{})["managedFields"], "metadata", "managedFields"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -119,3 +119,33 @@ func normalizeUint(u uint64) interface{} {
 	}
 	return float64(u)
 }
+
+// forValidation returns obj normalized (see normalizeObject) and without metadata.managedFields, leaving obj
+// itself unchanged. The apiserver's metadata validation converts the whole metadata to a typed ObjectMeta,
+// and for a stored object most of that work is its managed fields, whose fieldsV1 are re-encoded as JSON:
+// about half of the schema validation's cost. Dropping them changes no verdict: the only check that reads
+// them is the syntax of managed fields, which the API server wrote itself and validated on every write of
+// the object; the schema has no say over metadata beyond name and generateName, and CEL rules see only
+// those two.
+func forValidation(obj map[string]interface{}) map[string]interface{} {
+	obj = normalizeObject(obj)
+	meta, ok := obj["metadata"].(map[string]interface{})
+	if !ok {
+		return obj
+	}
+	if _, has := meta["managedFields"]; !has {
+		return obj
+	}
+	stripped := make(map[string]interface{}, len(meta)-1)
+	for k, v := range meta {
+		if k != "managedFields" {
+			stripped[k] = v
+		}
+	}
+	out := make(map[string]interface{}, len(obj))
+	for k, v := range obj {
+		out[k] = v
+	}
+	out["metadata"] = stripped
+	return out
+}

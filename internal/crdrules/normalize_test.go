@@ -74,3 +74,34 @@ func deepCopyJSON(v interface{}) interface{} {
 		return v
 	}
 }
+
+// TestManagedFieldsChangeNoFinding: validation skips the managed fields of stored objects (see forValidation);
+// the findings must be those of the same object without them, and the object itself must keep them.
+func TestManagedFieldsChangeNoFinding(t *testing.T) {
+	crd := newCRD(t, specSchema(`type: object
+x-kubernetes-validations:
+- rule: self.replicas <= 3
+  message: at most 3 replicas
+properties:
+  replicas: {type: integer, minimum: 0}
+`))
+	for _, tc := range []struct{ name, obj string }{
+		{"pass", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x, namespace: default}\nspec: {replicas: 1}\n"},
+		{"rule fails", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x, namespace: default}\nspec: {replicas: 5}\n"},
+		{"schema fails", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: x, namespace: default}\nspec: {replicas: -1}\n"},
+		{"invalid name", "apiVersion: example.com/v1\nkind: Widget\nmetadata: {name: Bad_Name, namespace: default}\nspec: {replicas: 1}\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			want := findings(t, crd, object(t, tc.obj))
+			obj := object(t, tc.obj)
+			withManagedFields(t, obj)
+			got := findings(t, crd, obj) // also checks that obj keeps its managed fields
+			if !equalFindings(got, want) {
+				t.Errorf("with managed fields\n got %s\nwant %s", dump(got), dump(want))
+			}
+			if _, ok := obj.Object["metadata"].(map[string]interface{})["managedFields"]; !ok {
+				t.Error("the object lost its managed fields")
+			}
+		})
+	}
+}

@@ -54,8 +54,8 @@ func (vp *versionPolicy) updateErrors(ctx context.Context, obj, old *unstructure
 	if !ok {
 		return nil, fmt.Errorf("the schema validation of version %s cannot validate updates", vp.version)
 	}
-	uNew := &unstructured.Unstructured{Object: normalizeObject(obj.Object)}
-	uOld := &unstructured.Unstructured{Object: normalizeObject(old.Object)}
+	uNew := &unstructured.Unstructured{Object: forValidation(obj.Object)}
+	uOld := &unstructured.Unstructured{Object: forValidation(old.Object)}
 	errs := strategy.ValidateUpdate(ctx, uNew, uOld)
 	if vp.cel != nil {
 		if blocking, e := hasBlockingErr(errs); blocking {

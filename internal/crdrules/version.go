@@ -149,7 +149,7 @@ func (vp *versionPolicy) findings(ctx context.Context, obj *unstructured.Unstruc
 	if obj == nil || obj.Object == nil {
 		return []Finding{internalFinding(RuleIDSchema, "cannot validate an empty object")}
 	}
-	u := &unstructured.Unstructured{Object: normalizeObject(obj.Object)}
+	u := &unstructured.Unstructured{Object: forValidation(obj.Object)}
 
 	var out []Finding
 	errs, panicked := vp.validateSchema(ctx, u)
