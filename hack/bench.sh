@@ -122,6 +122,13 @@ MD
   for r in $recorded; do
     cat "$results/$r.md"
   done
+  # Runs with other settings beside the default ones (passes listed, another report API), recorded by hand
+  # with go run ./test/bench/macro ... -operator-flags ...: see test/bench/analysis.md.
+  for v in "$results"/variant-*.md; do
+    [[ -f "$v" ]] || continue
+    echo
+    cat "$v"
+  done
   # kubectl celaudit whatif against a bare LIST: go run ./test/bench/whatif, recorded by hand.
   if [[ -f "$results/whatif.md" ]]; then
     echo
