@@ -355,9 +355,24 @@ func TestLeaderElection(t *testing.T) {
 }
 
 func TestTuningFlags(t *testing.T) {
-	objs := render(t, "--set", "audit.workers=4,audit.pageSize=1000,audit.resyncPeriod=30m,audit.excludeCRDGroups={wgpolicyk8s.io,example.com}",
-		"--set", "kubeAPI.qps=100.5,kubeAPI.burst=800,reports.maxResultsPerReport=0,reports.maxReportBytes=2000000",
-		"--set", "logLevel=debug,extraArgs={--report-coalesce=2s,--report-workers=4}")
+	// From a values file, as most installs set them: YAML numbers reach the templates as float64, which
+	// print large integers as 2e+06 unless converted.
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(`audit:
+  workers: 4
+  pageSize: 1000
+  resyncPeriod: 30m
+  excludeCRDGroups: [wgpolicyk8s.io, example.com]
+kubeAPI:
+  qps: 100.5
+  burst: 800
+reports:
+  maxResultsPerReport: 0
+  maxReportBytes: 2000000
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	objs := render(t, "-f", values, "--set", "logLevel=debug,extraArgs={--report-coalesce=2s,--report-workers=4}")
 	want := []string{
 		"--workers=4", "--page-size=1000", "--resync-period=30m", "--exclude-crd-groups=wgpolicyk8s.io,example.com",
 		"--kube-api-qps=100.5", "--kube-api-burst=800", "--max-results-per-report=0", "--max-report-bytes=2000000",
