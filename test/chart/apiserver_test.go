@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -42,8 +43,13 @@ func TestChartOnAPIServer(t *testing.T) {
 
 	var uids []string
 	t.Run("install creates the report CRDs it finds missing", func(t *testing.T) {
-		mustHelm(t, kube("install", release, chartDir, "--namespace", namespace, "--create-namespace",
+		out := mustHelm(t, kube("install", release, chartDir, "--namespace", namespace, "--create-namespace",
 			"--set", "metrics.serviceMonitor.enabled=true,grafana.dashboard.namespace=monitoring")...)
+		for _, want := range []string{"Reports list the verdicts pass,fail,warn,error,skip;", "ConfigMap celaudit-dashboard in namespace monitoring"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("helm install's notes lack %q:\n%s", want, out)
+			}
+		}
 		for _, name := range append(slices.Clone(reportCRDs), "auditpolicies.audit.celaudit.io") {
 			uids = append(uids, string(crd(t, name).UID))
 		}
