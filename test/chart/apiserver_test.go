@@ -26,6 +26,7 @@ var reportCRDs = []string{"policyreports.wgpolicyk8s.io", "clusterpolicyreports.
 // TestChartOnAPIServer installs the chart with helm into a real kube-apiserver that has no report CRDs, then
 // checks the lookup of the shared CRDs and dry-runs every rendered object.
 func TestChartOnAPIServer(t *testing.T) {
+	t.Parallel()
 	c, kubeconfig := startAPIServer(t)
 	ctx := context.Background()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "monitoring"}}); err != nil {

@@ -26,6 +26,7 @@ var chartCopies = map[string]string{
 }
 
 func TestChartCopiesEqualConfig(t *testing.T) {
+	t.Parallel()
 	for dst, src := range chartCopies {
 		want, err := os.ReadFile(filepath.Join(repoRoot, src))
 		if err != nil {
@@ -61,6 +62,7 @@ func mapValues(m map[string]string) []string {
 }
 
 func TestChartLint(t *testing.T) {
+	t.Parallel()
 	mustHelm(t, "lint", "--strict", chartDir)
 	mustHelm(t, "lint", "--strict", chartDir,
 		"--set", "replicaCount=2,leaderElection.enabled=false,admissionPolicies.manage=false",
@@ -72,6 +74,7 @@ func TestChartLint(t *testing.T) {
 // same objects under the same names, the same RBAC, and the same manager container apart from the listed
 // passes (policyReporter.listPasses).
 func TestDefaultInstallMatchesKustomize(t *testing.T) {
+	t.Parallel()
 	assets := os.Getenv("KUBEBUILDER_ASSETS")
 	if assets == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test' (hack/setup-envtest.sh builds kubectl)")
@@ -187,6 +190,7 @@ func sameSet(a, b []string) bool {
 }
 
 func TestManagerClusterRoleEqualsGenerated(t *testing.T) {
+	t.Parallel()
 	want := convert[rbacv1.ClusterRole](t, decodeFile(t, "config/rbac/role.yaml").mustFind(t, "ClusterRole", "manager-role")).Rules
 	for _, args := range [][]string{nil, {"--set", "reports.api=both,admissionPolicies.manage=false"}} {
 		if got := render(t, args...).rules(t, "ClusterRole", "celaudit-manager-role"); !reflect.DeepEqual(got, want) {
@@ -196,6 +200,7 @@ func TestManagerClusterRoleEqualsGenerated(t *testing.T) {
 }
 
 func TestDashboardConfigMap(t *testing.T) {
+	t.Parallel()
 	want, err := os.ReadFile(filepath.Join(repoRoot, "config", "grafana", "celaudit-dashboard.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +251,7 @@ func mapKeys(m map[string]string) func(func(string) bool) {
 }
 
 func TestReportResults(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -266,6 +272,7 @@ func TestReportResults(t *testing.T) {
 }
 
 func TestReportAPI(t *testing.T) {
+	t.Parallel()
 	openReportsRules := []rbacv1.PolicyRule{{
 		APIGroups: []string{"openreports.io"},
 		Resources: []string{"reports", "clusterreports"},
@@ -319,6 +326,7 @@ func checkBinding(t *testing.T, objs objects, kind, name, role string) {
 }
 
 func TestAdmissionPolicies(t *testing.T) {
+	t.Parallel()
 	for _, manage := range []bool{true, false} {
 		objs := render(t, "--set", "admissionPolicies.manage="+map[bool]string{true: "true", false: "false"}[manage])
 		hasFlag := len(flag(objs.args(t), "manage-admission-policies")) > 0
@@ -334,6 +342,7 @@ func TestAdmissionPolicies(t *testing.T) {
 }
 
 func TestLeaderElection(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		set  string
 		want bool
@@ -355,6 +364,7 @@ func TestLeaderElection(t *testing.T) {
 }
 
 func TestTuningFlags(t *testing.T) {
+	t.Parallel()
 	// From a values file, as most installs set them: YAML numbers reach the templates as float64, which
 	// print large integers as 2e+06 unless converted.
 	values := filepath.Join(t.TempDir(), "values.yaml")
@@ -395,6 +405,7 @@ reports:
 }
 
 func TestDeploymentSettings(t *testing.T) {
+	t.Parallel()
 	d := render(t, "--set", "image.repository=registry.example.com/celaudit,image.tag=v1.2.3,image.pullPolicy=Always",
 		"--set", "nodeSelector.kubernetes\\.io/os=linux,tolerations[0].key=dedicated,tolerations[0].operator=Exists",
 		"--set", "resources.limits.memory=1Gi,affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
@@ -416,6 +427,7 @@ func TestDeploymentSettings(t *testing.T) {
 }
 
 func TestServiceMonitor(t *testing.T) {
+	t.Parallel()
 	if objs := render(t); objs.find("ServiceMonitor", "celaudit-controller-manager-metrics-monitor") != nil ||
 		objs.find("ClusterRoleBinding", "celaudit-metrics-reader-prometheus") != nil {
 		t.Error("the ServiceMonitor or its binding is rendered by default")
@@ -447,6 +459,7 @@ func TestServiceMonitor(t *testing.T) {
 }
 
 func TestPolicyReportCRDs(t *testing.T) {
+	t.Parallel()
 	objs := render(t)
 	for _, name := range []string{"policyreports.wgpolicyk8s.io", "clusterpolicyreports.wgpolicyk8s.io"} {
 		crd := objs.mustFind(t, "CustomResourceDefinition", name)
