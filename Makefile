@@ -28,6 +28,17 @@ help: ## Display this help.
 .PHONY: manifests
 manifests: controller-gen ## Generate CRDs and RBAC from the markers in api/ and controllers/.
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
+	@$(MAKE) --no-print-directory chart-sync
+
+# The chart cannot read files outside charts/celaudit: it holds copies of the generated CRDs and ClusterRole
+# and of the dashboard, which test/chart checks against config/.
+CHART_DIR = charts/celaudit
+.PHONY: chart-sync
+chart-sync: ## Copy the generated CRDs and RBAC and the Grafana dashboard from config/ into the Helm chart.
+	cp config/crd/bases/audit.celaudit.io_auditpolicies.yaml $(CHART_DIR)/crds/
+	cp config/crd/bases/wgpolicyk8s.io_policyreports.yaml config/crd/bases/wgpolicyk8s.io_clusterpolicyreports.yaml $(CHART_DIR)/files/crds/
+	cp config/rbac/role.yaml $(CHART_DIR)/files/rbac/role.yaml
+	cp config/grafana/celaudit-dashboard.json $(CHART_DIR)/files/celaudit-dashboard.json
 
 .PHONY: generate
 generate: controller-gen ## Generate DeepCopy methods for the API types.
@@ -35,8 +46,8 @@ generate: controller-gen ## Generate DeepCopy methods for the API types.
 
 .PHONY: verify-gen
 verify-gen: manifests generate ## Regenerate and fail if the committed generated files differ.
-	@git diff --exit-code -- api config || { echo "generated files are out of date: run 'make manifests generate' and commit"; exit 1; }
-	@test -z "$$(git status --porcelain -- api config)" || { git status --porcelain -- api config; echo "untracked generated files"; exit 1; }
+	@git diff --exit-code -- api config charts || { echo "generated files are out of date: run 'make manifests generate' and commit"; exit 1; }
+	@test -z "$$(git status --porcelain -- api config charts)" || { git status --porcelain -- api config charts; echo "untracked generated files"; exit 1; }
 
 .PHONY: discovery-snapshot
 discovery-snapshot: envtest ## Take the discovery snapshot of kube-apiserver's built-in APIs that internal/views embeds.
@@ -58,9 +69,17 @@ lint: golangci-lint ## Run golangci-lint.
 envtest: ## Build (once, cached under ~/.cache/celaudit) kube-apiserver, etcd and kubectl for tests and the demo.
 	@hack/setup-envtest.sh >/dev/null
 
+.PHONY: helm
+helm: ## Build (once, cached under ~/.cache/celaudit/bin) the pinned Helm CLI the chart tests run.
+	@hack/setup-helm.sh >/dev/null
+
 .PHONY: test
-test: envtest ## Run unit tests and the envtest integration tests against a real kube-apiserver and etcd.
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" go test $(GO_TEST_FLAGS) ./... 
+test: envtest helm ## Run unit tests and the envtest integration tests against a real kube-apiserver and etcd.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" HELM="$$(hack/setup-helm.sh)" go test $(GO_TEST_FLAGS) ./... 
+
+.PHONY: test-chart
+test-chart: envtest helm ## Lint and render the Helm chart, compare it with config/, dry-run it against a kube-apiserver.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" HELM="$$(hack/setup-helm.sh)" go test $(GO_TEST_FLAGS) ./test/chart/...
 
 .PHONY: bench
 bench: envtest ## Run the micro and macro benchmarks and record them in BENCHMARKS.md.

@@ -1,0 +1,14 @@
+// Package chart tests the Helm chart in charts/celaudit with the Helm CLI that hack/setup-helm.sh builds (the
+// HELM environment variable, set by `make test` and `make test-chart`).
+//
+// render_test.go lints the chart, renders it with `helm template` and checks the rendered objects: the chart
+// holds copies of files generated into config/ (the CRDs, the manager ClusterRole) and of the Grafana dashboard,
+// which must equal their originals (`make chart-sync` copies them, `make manifests` runs it); the default
+// install must match `kubectl kustomize config/default` object for object; and each value must change the
+// operator's flags and RBAC as documented in values.yaml.
+//
+// apiserver_test.go installs, upgrades and uninstalls the chart with `helm` against a real kube-apiserver
+// (envtest), checks that the shared PolicyReport CRDs are installed only when absent or owned by the release,
+// and sends every object the chart renders, under several value combinations, to the API server as a
+// server-side dry run with strict field validation.
+package chart
