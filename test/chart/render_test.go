@@ -162,8 +162,8 @@ func compareDeployment(t *testing.T, want, got *appsv1.Deployment) {
 	if gc.Name != wc.Name || gc.Image != "celaudit:0.1.0" && gc.Image != wc.Image {
 		t.Errorf("container %s image %s; config/default: %s %s", gc.Name, gc.Image, wc.Name, wc.Image)
 	}
-	// The chart adds the listed passes; every other argument is config/default's.
-	wantArgs := append(slices.Clone(wc.Args), listAll)
+	// By default the chart passes config/default's arguments, no more.
+	wantArgs := slices.Clone(wc.Args)
 	if gotArgs := gc.Args; !sameSet(gotArgs, wantArgs) {
 		t.Errorf("args %v; want %v", gotArgs, wantArgs)
 	}
@@ -257,9 +257,10 @@ func TestReportResults(t *testing.T) {
 		args []string
 		want []string
 	}{
-		{"default lists passes for Policy Reporter", nil, []string{listAll}},
+		{"default leaves the operator's default", nil, nil},
+		{"listPasses lists passes for Policy Reporter", []string{"--set", "policyReporter.listPasses=true"}, []string{listAll}},
 		{"listPasses off leaves the operator's default", []string{"--set", "policyReporter.listPasses=false"}, nil},
-		{"a list wins over listPasses", []string{"--set", "reports.results={fail,warn}"}, []string{"--report-results=fail,warn"}},
+		{"a list wins over listPasses", []string{"--set", "reports.results={fail,warn},policyReporter.listPasses=true"}, []string{"--report-results=fail,warn"}},
 		{"a string wins over listPasses", []string{"--set", "reports.results=fail\\,error"}, []string{"--report-results=fail,error"}},
 		{"a string with listPasses off", []string{"--set", "reports.results=fail,policyReporter.listPasses=false"}, []string{"--report-results=fail"}},
 	} {
