@@ -25,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -136,6 +137,9 @@ func (w *wiring) newManager() error {
 	if w.reportAPIs, err = parseReportAPIs(w.opts.ReportAPI); err != nil {
 		return err
 	}
+	if err := w.checkReportCRDs(); err != nil {
+		return err
+	}
 	// Only our own reports are cached, of the APIs written: other tools' reports can be large and are none
 	// of our business. Ours are kept compacted: a digest of their content instead of their results.
 	reports := map[client.Object]cache.ByObject{}
@@ -168,13 +172,6 @@ func (w *wiring) newManager() error {
 	if err != nil {
 		return fmt.Errorf("creating manager: %w", err)
 	}
-	// The report CRDs are looked up before anything starts: an informer of an API the cluster does not serve
-	// would only log errors, and reports would silently never be written.
-	for _, api := range w.reportAPIs {
-		if err := checkInstalled(w.mgr.GetRESTMapper(), w.opts.ReportAPI, api); err != nil {
-			return err
-		}
-	}
 	w.events = w.mgr.GetEventRecorder("celaudit")
 	w.warnings = &warnings{Recorder: w.events}
 	if w.auditPolicies, err = served(w.mgr.GetRESTMapper(), auditv1alpha1.GroupVersion.WithKind("AuditPolicy")); err != nil {
@@ -182,6 +179,26 @@ func (w *wiring) newManager() error {
 	}
 	if !w.auditPolicies {
 		w.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
+	}
+	return nil
+}
+
+// checkReportCRDs fails unless the API server serves the report kinds of every API written. It runs before
+// the manager is made, whose cache would otherwise fail on them with a bare "no matches for kind"; an
+// informer of a kind not served would only log errors, and reports would never be written.
+func (w *wiring) checkReportCRDs() error {
+	httpClient, err := rest.HTTPClientFor(w.cfg)
+	if err != nil {
+		return fmt.Errorf("creating HTTP client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(w.cfg, httpClient)
+	if err != nil {
+		return fmt.Errorf("creating REST mapper: %w", err)
+	}
+	for _, api := range w.reportAPIs {
+		if err := checkInstalled(mapper, w.opts.ReportAPI, api); err != nil {
+			return err
+		}
 	}
 	return nil
 }

@@ -142,7 +142,9 @@ func (r *ReportReconciler) write(ctx context.Context, namespace string, existing
 	return ctrl.Result{}, nil
 }
 
-// previousTimestamps returns the timestamps of the results namespace's reports publish, here or in a peer API.
+// previousTimestamps returns the timestamps of the results namespace's reports publish, here or in a peer
+// API. A result both publish keeps the earlier of its two timestamps: two APIs that first published it in
+// different seconds agree on one, and stay equal result for result.
 func (r *ReportReconciler) previousTimestamps(ctx context.Context, namespace string, existing report.Reports) (map[string]metav1.Timestamp, error) {
 	previous := r.gate.previousTimestamps(namespace, existing)
 	for _, p := range r.peers {
@@ -150,7 +152,11 @@ func (r *ReportReconciler) previousTimestamps(ctx context.Context, namespace str
 		if err != nil {
 			return nil, err
 		}
-		previous = addMissing(previous, report.PreviousTimestamps(theirs))
+		for id, ts := range report.PreviousTimestamps(theirs) {
+			if have, ok := previous[id]; !ok || ts.Seconds < have.Seconds || (ts.Seconds == have.Seconds && ts.Nanos < have.Nanos) {
+				previous[id] = ts
+			}
+		}
 	}
 	return previous, nil
 }
@@ -382,6 +388,16 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 	b := ctrl.NewControllerManagedBy(mgr).Named(r.api.name())
 	for _, o := range r.api.objects() {
 		b = b.Watches(o, toNamespace, managed)
+	}
+	// A peer API's writes may carry a result's earlier timestamp (see previousTimestamps): its reports are
+	// looked at again then. Nothing is written unless a timestamp differs.
+	peerChanged := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{reportRequest(o.GetNamespace())}
+	})
+	for _, p := range r.peers {
+		for _, o := range p.objects() {
+			b = b.Watches(o, peerChanged, managed)
+		}
 	}
 	b = b.WatchesRawSource(r.Notifier.Source(r.markDirty, r.gate.dirty))
 	for _, o := range opts {
