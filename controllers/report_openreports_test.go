@@ -362,7 +362,7 @@ func TestOpenReportsCRDsMissing(t *testing.T) {
 	}
 	envtestutil.Eventually(t, time.Minute, func() error {
 		if _, err := disc.ServerResourcesForGroupVersion("openreports.io/v1alpha1"); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("openreports.io/v1alpha1 still served: %v", err)
+			return fmt.Errorf("openreports.io/v1alpha1 still served: %w", err)
 		}
 		return nil
 	})
@@ -373,6 +373,7 @@ func TestOpenReportsCRDsMissing(t *testing.T) {
 		if err == nil {
 			t.Fatalf("--report-api=%s started without the OpenReports CRDs", api)
 		}
+		t.Logf("--report-api=%s: %v", api, err)
 		for _, want := range []string{"--report-api=" + api, "reports.openreports.io", "clusterreports.openreports.io", "config/openreports", "does not install"} {
 			if !strings.Contains(err.Error(), want) {
 				t.Errorf("--report-api=%s: the error lacks %q: %v", api, want, err)
