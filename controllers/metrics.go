@@ -48,7 +48,7 @@ func (c *resultCollector) Collect(ch chan<- prometheus.Metric) {
 func newReportWrites() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "celaudit_report_writes_total",
-		Help: "PolicyReport and ClusterPolicyReport writes, by operation (create, update, delete).",
+		Help: "Report writes (PolicyReports and ClusterPolicyReports, OpenReports' Reports and ClusterReports), by operation (create, update, delete).",
 	}, []string{"operation"})
 }
 

@@ -10,12 +10,19 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
-// Notifier collects the namespaces whose results changed and feeds them to the report reconciler's queue. It
-// is also told when the writes waiting for the first audit or a rescan may go: the reconciler's queue then
-// gets every namespace marked dirty. Notify and Recheck never block, so the result store can call Notify
-// under its lock.
+// Notifier collects the namespaces whose results changed and feeds them to the report reconcilers' queues,
+// one per report API. It is also told when the writes waiting for the first audit or a rescan may go: each
+// queue then gets every namespace marked dirty. Notify and Recheck never block, so the result store can call
+// Notify under its lock.
 type Notifier struct {
-	mu      sync.Mutex
+	mu sync.Mutex
+	// subscribers are the queues fed, one per Source: each takes the changes on its own, so a reconciler
+	// that falls behind does not hold another back.
+	subscribers []*subscriber
+}
+
+// subscriber is what one Source has yet to take.
+type subscriber struct {
 	dirty   map[string]struct{}
 	recheck bool
 	signal  chan struct{}
@@ -23,58 +30,67 @@ type Notifier struct {
 
 // NewNotifier returns an empty notifier.
 func NewNotifier() *Notifier {
-	return &Notifier{dirty: map[string]struct{}{}, signal: make(chan struct{}, 1)}
+	return &Notifier{}
 }
 
 // Notify marks a namespace ("" for cluster-scoped objects) as changed.
 func (n *Notifier) Notify(namespace string) {
 	n.mu.Lock()
-	n.dirty[namespace] = struct{}{}
+	for _, s := range n.subscribers {
+		s.dirty[namespace] = struct{}{}
+		s.wake()
+	}
 	n.mu.Unlock()
-	n.wake()
 }
 
 // Recheck enqueues every namespace marked dirty: the first audit completed, or a rescan ended, which the
 // writes of those namespaces may wait for.
 func (n *Notifier) Recheck() {
 	n.mu.Lock()
-	n.recheck = true
+	for _, s := range n.subscribers {
+		s.recheck = true
+		s.wake()
+	}
 	n.mu.Unlock()
-	n.wake()
 }
 
-func (n *Notifier) wake() {
+func (s *subscriber) wake() {
 	select {
-	case n.signal <- struct{}{}:
+	case s.signal <- struct{}{}:
 	default:
 	}
 }
 
-// take returns the namespaces notified since it last ran, and whether Recheck was called since.
-func (n *Notifier) take() (changed []string, recheck bool) {
+// take returns the namespaces notified to s since it last ran, and whether Recheck was called since.
+func (n *Notifier) take(s *subscriber) (changed []string, recheck bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	changed = make([]string, 0, len(n.dirty))
-	for ns := range n.dirty {
+	changed = make([]string, 0, len(s.dirty))
+	for ns := range s.dirty {
 		changed = append(changed, ns)
 	}
-	clear(n.dirty)
-	recheck, n.recheck = n.recheck, false
+	clear(s.dirty)
+	recheck, s.recheck = s.recheck, false
 	return changed, recheck
 }
 
 // Source returns a controller source that records each changed namespace with mark and enqueues it, and on
 // Recheck enqueues each namespace of dirty(). The queue keeps one entry per namespace, so a namespace is
-// never queued twice; the reconciler decides when its reports are written.
+// never queued twice; the reconciler decides when its reports are written. Changes are collected from the
+// call on, so that none is lost before the controller starts.
 func (n *Notifier) Source(mark func(namespace string), dirty func() []string) source.Source {
+	s := &subscriber{dirty: map[string]struct{}{}, signal: make(chan struct{}, 1)}
+	n.mu.Lock()
+	n.subscribers = append(n.subscribers, s)
+	n.mu.Unlock()
 	return source.Func(func(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
 		go func() {
 			for {
 				select {
 				case <-ctx.Done():
 					return
-				case <-n.signal:
-					changed, recheck := n.take()
+				case <-s.signal:
+					changed, recheck := n.take(s)
 					for _, ns := range changed {
 						mark(ns)
 						q.Add(reportRequest(ns))

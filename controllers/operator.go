@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -24,6 +25,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
@@ -45,6 +47,7 @@ func Scheme() *k8sruntime.Scheme {
 	utilruntime.Must(clientgoscheme.AddToScheme(s))
 	utilruntime.Must(apiextensionsv1.AddToScheme(s))
 	utilruntime.Must(v1alpha2.AddToScheme(s))
+	utilruntime.Must(openreportsv1alpha1.Install(s))
 	utilruntime.Must(auditv1alpha1.AddToScheme(s))
 	return s
 }
@@ -76,7 +79,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		w.setupVAPs,          // one bound policy per ValidatingAdmissionPolicy, its params and bindings
 		w.setupAuditPolicies, // one bound policy per AuditPolicy, and its admission policy in Warn and Deny
 		w.setupNamespaces,    // rescans within a namespace whose labels changed
-		w.setupReports,       // the PolicyReports, written when the results change
+		w.setupReports,       // the reports, in each API --report-api selects, written when the results change
 		w.setupReadiness,     // each policy's summary at the last complete audit: metrics and readiness Events
 		w.addChecks,          // health, and readiness once the first audit is done
 	} {
@@ -122,6 +125,8 @@ type wiring struct {
 	audited    atomic.Bool // the first audit is done
 	// auditPolicies says whether the AuditPolicy CRD is installed.
 	auditPolicies bool
+	// reportAPIs are the APIs reports are written in (--report-api).
+	reportAPIs []reportAPI
 }
 
 func (w *wiring) newManager() error {
@@ -129,12 +134,25 @@ func (w *wiring) newManager() error {
 	if w.verdicts, err = w.opts.verdicts(); err != nil {
 		return err
 	}
+	if w.reportAPIs, err = parseReportAPIs(w.opts.ReportAPI); err != nil {
+		return err
+	}
+	if err := w.checkReportCRDs(); err != nil {
+		return err
+	}
+	// Only our own reports are cached, of the APIs written: other tools' reports can be large and are none
+	// of our business. Ours are kept compacted: a digest of their content instead of their results.
+	reports := map[client.Object]cache.ByObject{}
+	for _, api := range w.reportAPIs {
+		for _, o := range api.objects() {
+			reports[o] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: report.ForCache}
+		}
+	}
 	w.cfg.QPS, w.cfg.Burst = w.opts.QPS, w.opts.Burst
 	w.log = w.opts.Logger
 	if w.log.GetSink() == nil {
 		w.log = ctrl.Log
 	}
-	managed := labels.SelectorFromSet(labels.Set{report.ManagedByLabel: report.ManagedByValue})
 	w.mgr, err = ctrl.NewManager(w.cfg, ctrl.Options{
 		Scheme:                  Scheme(),
 		Logger:                  w.log,
@@ -147,12 +165,8 @@ func (w *wiring) newManager() error {
 			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
 			// managedFields, often the largest part of a small object.
 			DefaultTransform: cache.TransformStripManagedFields(),
-			ByObject: map[client.Object]cache.ByObject{
-				// Only our own reports are cached: other tools' reports can be large and are none of our business.
-				// Ours are kept compacted: a digest of their content instead of their results.
-				&v1alpha2.PolicyReport{}:        {Label: managed, Transform: report.ForCache},
-				&v1alpha2.ClusterPolicyReport{}: {Label: managed, Transform: report.ForCache},
-			}},
+			ByObject:         reports,
+		},
 		PprofBindAddress: w.opts.PprofAddr,
 	})
 	if err != nil {
@@ -165,6 +179,26 @@ func (w *wiring) newManager() error {
 	}
 	if !w.auditPolicies {
 		w.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
+	}
+	return nil
+}
+
+// checkReportCRDs fails unless the API server serves the report kinds of every API written. It runs before
+// the manager is made, whose cache would otherwise fail on them with a bare "no matches for kind"; an
+// informer of a kind not served would only log errors, and reports would never be written.
+func (w *wiring) checkReportCRDs() error {
+	httpClient, err := rest.HTTPClientFor(w.cfg)
+	if err != nil {
+		return fmt.Errorf("creating HTTP client: %w", err)
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(w.cfg, httpClient)
+	if err != nil {
+		return fmt.Errorf("creating REST mapper: %w", err)
+	}
+	for _, api := range w.reportAPIs {
+		if err := checkInstalled(mapper, w.opts.ReportAPI, api); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -353,20 +387,28 @@ func (w *wiring) setupReports() error {
 	writes := newReportWrites()
 	w.register(writes, newResultCollector(w.store))
 	o := w.opts
-	err := (&ReportReconciler{
-		Client:     w.mgr.GetClient(),
-		APIReader:  w.mgr.GetAPIReader(),
-		Events:     w.events,
-		Results:    w.store,
-		Ready:      w.firstAuditDone,
-		Notifier:   w.notifier,
-		Options:    report.Options{ListVerdicts: w.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
-		Coalesce:   o.ReportCoalesce,
-		Writes:     writes,
-		Rescanning: func() bool { return !w.scan.Synced() },
-	}).SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers))
-	if err != nil {
-		return fmt.Errorf("setting up report controller: %w", err)
+	// One reconciler per API, each with its own gate: the reports of one API are restored, and its names
+	// avoided, whatever becomes of the other's. They share the bound on writes in flight.
+	inFlight := make(chan struct{}, defaultWritesInFlight)
+	for i, api := range w.reportAPIs {
+		r := &ReportReconciler{
+			Client:     w.mgr.GetClient(),
+			APIReader:  w.mgr.GetAPIReader(),
+			Events:     w.events,
+			Results:    w.store,
+			Ready:      w.firstAuditDone,
+			Notifier:   w.notifier,
+			Options:    report.Options{ListVerdicts: w.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
+			Coalesce:   o.ReportCoalesce,
+			Writes:     writes,
+			Rescanning: func() bool { return !w.scan.Synced() },
+			inFlight:   inFlight,
+			api:        api,
+			peers:      slices.Delete(slices.Clone(w.reportAPIs), i, i+1),
+		}
+		if err := r.SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers)); err != nil {
+			return fmt.Errorf("setting up %s controller: %w", api.name(), err)
+		}
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
@@ -43,9 +44,12 @@ type Options struct {
 	MaxReportBytes      int
 	ReportCoalesce      time.Duration
 	ReportWorkers       int
-	ReadinessInterval   time.Duration // least time between two computations of the policies' summaries
-	ExcludeCRDGroups    string
-	PprofAddr           string
+	// ReportAPI is the API reports are written in: wgpolicy (PolicyReports), openreports (OpenReports'
+	// Reports) or both. celaudit never installs the CRDs of either: NewOperator fails when one is missing.
+	ReportAPI         string
+	ReadinessInterval time.Duration // least time between two computations of the policies' summaries
+	ExcludeCRDGroups  string
+	PprofAddr         string
 	// ManageAdmissionPolicies lets celaudit create, update and delete the ValidatingAdmissionPolicies and
 	// bindings of AuditPolicies in Warn and Deny. It needs the admission-policy-manager ClusterRole.
 	ManageAdmissionPolicies bool
@@ -94,8 +98,10 @@ func DefaultOptions() Options {
 		ReportCoalesce:      time.Second,
 		// The first audit and a policy edit write hundreds of chunks at once; each write waits on the API
 		// server far longer than it takes to build, so more writers than cores keep it busy.
-		ReportWorkers:    8,
-		ExcludeCRDGroups: v1alpha2.GroupVersion.Group,
+		ReportWorkers: 8,
+		ReportAPI:     ReportAPIWGPolicy,
+		// Reports hold no rules to audit, and listing them all would read every report of every tool.
+		ExcludeCRDGroups: v1alpha2.GroupVersion.Group + "," + openreportsv1alpha1.GroupName,
 		// Summing every result takes milliseconds per 100,000 objects; a few seconds bound it to a negligible
 		// share of a CPU while changes stream in.
 		ReadinessInterval: 5 * time.Second,
@@ -121,6 +127,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.MaxReportBytes, "max-report-bytes", o.MaxReportBytes, "Split a namespace's report into chunks before its results reach this many bytes.")
 	fs.DurationVar(&o.ReportCoalesce, "report-coalesce", o.ReportCoalesce, "Least time between two writes of a namespace's reports; a change is written at once, later ones within this time are batched.")
 	fs.IntVar(&o.ReportWorkers, "report-workers", o.ReportWorkers, "Namespaces whose reports are written in parallel; a first audit or a policy edit writes many report chunks at once.")
+	fs.StringVar(&o.ReportAPI, "report-api", o.ReportAPI, "API of the reports written: wgpolicy (wgpolicyk8s.io PolicyReports and ClusterPolicyReports), openreports (openreports.io Reports and ClusterReports) or both. celaudit does not install their CRDs: it exits at start when one is missing.")
 	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "Least time between two computations of each policy's summary (the celaudit_policy_* metrics and the SafeToEnforce Events); changes within it are batched.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
 	fs.BoolVar(&o.ManageAdmissionPolicies, "manage-admission-policies", o.ManageAdmissionPolicies, "Register a ValidatingAdmissionPolicy and binding for each AuditPolicy in Warn or Deny (needs the admission-policy-manager ClusterRole). Without it such policies are audited, not enforced.")

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/util/workqueue"
@@ -22,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
-	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/report"
 )
@@ -33,8 +33,10 @@ type ResultSource interface {
 	NamespaceCounted(namespace string) (results []audit.Result, passes map[types.UID]int)
 }
 
-// ReportReconciler keeps the PolicyReports of one namespace (or the ClusterPolicyReports) equal to the
-// current results, writing only reports whose content changed.
+// ReportReconciler keeps the reports of one namespace (or the cluster-scoped reports) equal to the current
+// results, writing only reports whose content changed. It writes the reports of one API: PolicyReports and
+// ClusterPolicyReports unless wired otherwise; the operator runs one reconciler per API it publishes in, each
+// with what it keeps about its own writes, so that each API's reports are restored on their own.
 type ReportReconciler struct {
 	Client client.Client
 	// APIReader reads from the API server what the cache does not hold: reports celaudit does not own.
@@ -68,9 +70,15 @@ type ReportReconciler struct {
 
 	gate     writeGate     // what is kept about each namespace's writes, and when they are written
 	inFlight chan struct{} // one token per report write under way
+	// api is the API of the reports written; nil: wgpolicyk8s.io.
+	api reportAPI
+	// peers are the other APIs celaudit writes the same reports in: a result one of them already publishes
+	// keeps its timestamp here, so that both APIs hold the same results, timestamps included.
+	peers []reportAPI
 }
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=openreports.io,resources=reports;clusterreports,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Reconcile rebuilds the reports of one namespace from the current results and writes the difference, when
@@ -112,7 +120,10 @@ func (r *ReportReconciler) write(ctx context.Context, namespace string, existing
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
 	opts.Taken = taken
-	previous := r.gate.previousTimestamps(namespace, existing)
+	previous, err := r.previousTimestamps(ctx, namespace, existing)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
 	desired := report.BuildCounted(results, report.CountedPasses{namespace: passes}, previous, r.Clock.Now(), opts)
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
@@ -129,6 +140,25 @@ func (r *ReportReconciler) write(ctx context.Context, namespace string, existing
 		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
 		"deleted", len(changes.PolicyReports.Delete)+len(changes.ClusterPolicyReports.Delete))
 	return ctrl.Result{}, nil
+}
+
+// previousTimestamps returns the timestamps of the results namespace's reports publish, here or in a peer
+// API. A result both publish keeps the earlier of its two timestamps: two APIs that first published it in
+// different seconds agree on one, and stay equal result for result.
+func (r *ReportReconciler) previousTimestamps(ctx context.Context, namespace string, existing report.Reports) (map[string]metav1.Timestamp, error) {
+	previous := r.gate.previousTimestamps(namespace, existing)
+	for _, p := range r.peers {
+		theirs, err := p.list(ctx, r.Client, namespace)
+		if err != nil {
+			return nil, err
+		}
+		for id, ts := range report.PreviousTimestamps(theirs) {
+			if have, ok := previous[id]; !ok || ts.Seconds < have.Seconds || (ts.Seconds == have.Seconds && ts.Nanos < have.Nanos) {
+				previous[id] = ts
+			}
+		}
+	}
+	return previous, nil
 }
 
 // limits returns the settings that bound how long writes wait.
@@ -173,26 +203,12 @@ func (r *ReportReconciler) leave(ctx context.Context, namespace string) {
 	ctrl.LoggerFrom(ctx).V(1).Info("Namespace is being deleted: its reports are left to go with it")
 }
 
-// existing returns the reports celaudit wrote in namespace, as the cache holds them: they are not copied
-// (a namespace's reports add up to megabytes when it has thousands of violations), so they are read-only.
-// Diff, PreviousTimestamps and ChunkCounts only read them; what Diff returns is its own copy.
+// existing returns the reports celaudit wrote in namespace, as the cache holds them, in the wgpolicyk8s.io
+// form: they are not copied (a namespace's reports add up to megabytes when it has thousands of violations),
+// so they are read-only. Diff, PreviousTimestamps and ChunkCounts only read them; what Diff returns is its
+// own copy.
 func (r *ReportReconciler) existing(ctx context.Context, namespace string) (report.Reports, error) {
-	var out report.Reports
-	sel := client.MatchingLabels{report.ManagedByLabel: report.ManagedByValue}
-	if namespace == "" {
-		list := &v1alpha2.ClusterPolicyReportList{}
-		if err := r.Client.List(ctx, list, sel, client.UnsafeDisableDeepCopy); err != nil {
-			return out, fmt.Errorf("listing ClusterPolicyReports: %w", err)
-		}
-		out.ClusterPolicyReports = list.Items
-		return out, nil
-	}
-	list := &v1alpha2.PolicyReportList{}
-	if err := r.Client.List(ctx, list, sel, client.InNamespace(namespace), client.UnsafeDisableDeepCopy); err != nil {
-		return out, fmt.Errorf("listing PolicyReports in %s: %w", namespace, err)
-	}
-	out.PolicyReports = list.Items
-	return out, nil
+	return r.api.list(ctx, r.Client, namespace)
 }
 
 // refusals are the writes of apply the API server refused for a reason the reconciler acts on.
@@ -205,9 +221,10 @@ type refusals struct {
 
 // apply writes c, the changes to namespace's reports, and records what the cache is then expected to show.
 func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report.Changes) (refusals, error) {
-	r.count("create", len(c.PolicyReports.Create)+len(c.ClusterPolicyReports.Create))
-	r.count("update", len(c.PolicyReports.Update)+len(c.ClusterPolicyReports.Update))
-	r.count("delete", len(c.PolicyReports.Delete)+len(c.ClusterPolicyReports.Delete))
+	creates, updates, deletes := r.api.writes(c)
+	r.count("create", len(creates))
+	r.count("update", len(updates))
+	r.count("delete", len(deletes))
 	// Each write that succeeds is expected in the cache before the namespace is built again: at the
 	// resourceVersion it returned, or gone.
 	exp := &expectation{reports: map[string]string{}}
@@ -247,12 +264,9 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 	update := expecting(func(o client.Object) error { return r.Client.Update(ctx, o) }, false)
 	remove := expecting(func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }, true)
 	var writes []func() error
-	writes = appendWrites(writes, c.PolicyReports.Create, create)
-	writes = appendWrites(writes, c.PolicyReports.Update, update)
-	writes = appendWrites(writes, c.PolicyReports.Delete, remove)
-	writes = appendWrites(writes, c.ClusterPolicyReports.Create, create)
-	writes = appendWrites(writes, c.ClusterPolicyReports.Update, update)
-	writes = appendWrites(writes, c.ClusterPolicyReports.Delete, remove)
+	writes = appendWrites(writes, creates, create)
+	writes = appendWrites(writes, updates, update)
+	writes = appendWrites(writes, deletes, remove)
 	err := runBounded(ctx, writes, r.inFlight)
 	// MaxHold counts from the end of the writes: a thousand chunks can take longer than that to write, and
 	// the cache's lag begins when they are done.
@@ -265,12 +279,8 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 }
 
 // appendWrites appends op on each of objs to writes.
-func appendWrites[T any, PT interface {
-	*T
-	client.Object
-}](writes []func() error, objs []T, op func(client.Object) error) []func() error {
-	for i := range objs {
-		o := PT(&objs[i])
+func appendWrites(writes []func() error, objs []client.Object, op func(client.Object) error) []func() error {
+	for _, o := range objs {
 		writes = append(writes, func() error { return op(o) })
 	}
 	return writes
@@ -299,16 +309,14 @@ func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) erro
 	return errors.Join(errs...)
 }
 
+// defaultWritesInFlight bounds the report writes in flight when WritesInFlight is unset.
+const defaultWritesInFlight = 32
+
 // reportDeleted keeps the result timestamps of a report of celaudit's that was deleted, until the namespace's
 // reports are written again.
 func (r *ReportReconciler) reportDeleted(o client.Object) {
-	var deleted report.Reports
-	switch o := o.(type) {
-	case *v1alpha2.PolicyReport:
-		deleted.PolicyReports = []v1alpha2.PolicyReport{*o}
-	case *v1alpha2.ClusterPolicyReport:
-		deleted.ClusterPolicyReports = []v1alpha2.ClusterPolicyReport{*o}
-	default:
+	deleted, ok := r.api.asReports(o)
+	if !ok {
 		return
 	}
 	timestamps := report.PreviousTimestamps(deleted)
@@ -341,15 +349,18 @@ func (r *ReportReconciler) defaults() {
 		r.MaxHold = 10 * time.Second
 	}
 	if r.WritesInFlight <= 0 {
-		r.WritesInFlight = 32
+		r.WritesInFlight = defaultWritesInFlight
 	}
 	if r.inFlight == nil {
 		r.inFlight = make(chan struct{}, r.WritesInFlight)
 	}
+	if r.api == nil {
+		r.api = wgpolicyAPI{}
+	}
 }
 
 // SetupWithManager registers the reconciler: it runs on result changes (from the notifier) and on changes
-// to celaudit's own reports, so a report edited or deleted by hand is restored.
+// to celaudit's own reports of its API, so a report edited or deleted by hand is restored.
 func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
 	if r.Client == nil || r.APIReader == nil || r.Events == nil || r.Results == nil || r.Ready == nil || r.Notifier == nil {
 		return fmt.Errorf("ReportReconciler needs Client, APIReader, Events, Results, Ready and Notifier")
@@ -374,11 +385,21 @@ func (r *ReportReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl
 		},
 	}
 	managed := builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool { return report.IsManaged(o) }))
-	b := ctrl.NewControllerManagedBy(mgr).
-		Named("policyreport").
-		Watches(&v1alpha2.PolicyReport{}, toNamespace, managed).
-		Watches(&v1alpha2.ClusterPolicyReport{}, toNamespace, managed).
-		WatchesRawSource(r.Notifier.Source(r.markDirty, r.gate.dirty))
+	b := ctrl.NewControllerManagedBy(mgr).Named(r.api.name())
+	for _, o := range r.api.objects() {
+		b = b.Watches(o, toNamespace, managed)
+	}
+	// A peer API's writes may carry a result's earlier timestamp (see previousTimestamps): its reports are
+	// looked at again then. Nothing is written unless a timestamp differs.
+	peerChanged := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		return []reconcile.Request{reportRequest(o.GetNamespace())}
+	})
+	for _, p := range r.peers {
+		for _, o := range p.objects() {
+			b = b.Watches(o, peerChanged, managed)
+		}
+	}
+	b = b.WatchesRawSource(r.Notifier.Source(r.markDirty, r.gate.dirty))
 	for _, o := range opts {
 		b = o(b)
 	}

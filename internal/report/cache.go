@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
@@ -24,7 +25,8 @@ const ResultTimestampsAnnotation = "celaudit.io/result-timestamps"
 // cacheAnnotations are the annotations ForCache adds, which Diff keeps out of the updates it makes.
 var cacheAnnotations = []string{ContentDigestAnnotation, ResultTimestampsAnnotation}
 
-// ForCache is the cache transform of PolicyReports and ClusterPolicyReports. It keeps what a reconcile reads
+// ForCache is the cache transform of PolicyReports and ClusterPolicyReports, and of OpenReports' Reports and
+// ClusterReports. It keeps what a reconcile reads
 // of an existing report: its metadata, and each result's ID and timestamp (PreviousTimestamps), as one
 // string. The results themselves are replaced by a digest of the report's content, which is all Diff needs
 // to tell whether a new build differs. A namespace with thousands of violations would otherwise keep
@@ -43,9 +45,18 @@ func ForCache(obj any) (any, error) {
 	}
 	switch r := obj.(type) {
 	case *v1alpha2.PolicyReport:
-		compact(&r.ObjectMeta, &r.Results, policyContent(r))
+		compact(&r.ObjectMeta, &r.Results, policyContent(r).digest())
 	case *v1alpha2.ClusterPolicyReport:
-		compact(&r.ObjectMeta, &r.Results, clusterContent(r))
+		compact(&r.ObjectMeta, &r.Results, clusterContent(r).digest())
+	case *openreportsv1alpha1.Report:
+		// Digested in the form Diff compares: FromReport's.
+		p := FromReport(r)
+		compact(&r.ObjectMeta, &p.Results, openDigest(r.Source, policyContent(&p)))
+		r.Results = nil
+	case *openreportsv1alpha1.ClusterReport:
+		p := FromClusterReport(r)
+		compact(&r.ObjectMeta, &p.Results, openDigest(r.Source, clusterContent(&p)))
+		r.Results = nil
 	}
 	if m, ok := obj.(metav1.Object); ok {
 		m.SetManagedFields(nil)
@@ -53,12 +64,22 @@ func ForCache(obj any) (any, error) {
 	return obj, nil
 }
 
-// compact records c's digest and the ID and timestamp of each result on the report, and drops the results.
-func compact(meta *metav1.ObjectMeta, results *[]v1alpha2.PolicyReportResult, c content) {
+// openDigest is the digest of an OpenReports report's content c. The wgpolicyk8s.io form Diff compares has no
+// top-level source: a report whose source is not celaudit's gets no digest, which Diff takes as different,
+// so the source is written again.
+func openDigest(source string, c content) string {
+	if source != audit.Source {
+		return ""
+	}
+	return c.digest()
+}
+
+// compact records digest and the ID and timestamp of each result on the report, and drops the results.
+func compact(meta *metav1.ObjectMeta, results *[]v1alpha2.PolicyReportResult, digest string) {
 	if meta.Annotations == nil {
 		meta.Annotations = map[string]string{}
 	}
-	meta.Annotations[ContentDigestAnnotation] = c.digest()
+	meta.Annotations[ContentDigestAnnotation] = digest
 	meta.Annotations[ResultTimestampsAnnotation] = encodeTimestamps(*results)
 	*results = nil
 }
