@@ -498,13 +498,18 @@ func (w *watcher) setReadError(err error) {
 		keys[i] = p.Key()
 		var res []audit.Result
 		if err != nil {
+			category, severity := audit.ClassOf(p)
 			res = []audit.Result{{
-				Policy:  p.Key().Name,
-				Verdict: audit.Error,
-				Message: msg,
+				Policy:   p.Key().Name,
+				Rule:     audit.RuleName(audit.RuleRead, ResourceString(w.gvr)),
+				Category: category,
+				Severity: severity,
+				Verdict:  audit.Error,
+				Message:  msg,
 				Properties: map[string]string{
 					"resource": ResourceString(w.gvr),
 				},
+				Resource: w.resourceRef(),
 			}}
 		}
 		w.engine.live.RLock()
@@ -522,6 +527,17 @@ func (w *watcher) setReadError(err error) {
 	if f := w.engine.opts.OnReadError; f != nil {
 		f(w.gvr, keys, err)
 	}
+}
+
+// resourceRef is what the error result of a resource that cannot be read is about: no object, but the
+// resource's kind when discovery knows it. Report readers show the kind where they show an object's; a blank
+// reference would read as a missing one.
+func (w *watcher) resourceRef() audit.ObjectRef {
+	ref := audit.ObjectRef{APIVersion: w.gvr.GroupVersion().String()}
+	if f := w.engine.opts.KindFor; f != nil {
+		ref.Kind = f(w.gvr).Kind
+	}
+	return ref
 }
 
 // ResourceString names gvr as results and messages show it: "version/resource" for the core group,
