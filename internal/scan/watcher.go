@@ -498,19 +498,7 @@ func (w *watcher) setReadError(err error) {
 		keys[i] = p.Key()
 		var res []audit.Result
 		if err != nil {
-			category, severity := audit.ClassOf(p)
-			res = []audit.Result{{
-				Policy:   p.Key().Name,
-				Rule:     audit.RuleName(audit.RuleRead, ResourceString(w.gvr)),
-				Category: category,
-				Severity: severity,
-				Verdict:  audit.Error,
-				Message:  msg,
-				Properties: map[string]string{
-					"resource": ResourceString(w.gvr),
-				},
-				Resource: w.resourceRef(),
-			}}
+			res = []audit.Result{readErrorResult(p, w.gvr, w.kind(), msg)}
 		}
 		w.engine.live.RLock()
 		if w.engine.covers(p.Key(), w.gvr) {
@@ -529,15 +517,33 @@ func (w *watcher) setReadError(err error) {
 	}
 }
 
-// resourceRef is what the error result of a resource that cannot be read is about: no object, but the
-// resource's kind when discovery knows it. Report readers show the kind where they show an object's; a blank
-// reference would read as a missing one.
-func (w *watcher) resourceRef() audit.ObjectRef {
-	ref := audit.ObjectRef{APIVersion: w.gvr.GroupVersion().String()}
+// kind is the kind of the watched resource, "" when discovery does not tell.
+func (w *watcher) kind() string {
 	if f := w.engine.opts.KindFor; f != nil {
-		ref.Kind = f(w.gvr).Kind
+		return f(w.gvr).Kind
 	}
-	return ref
+	return ""
+}
+
+// readErrorResult is the error result of policy p for resource gvr (of the given kind, "" if unknown) that
+// cannot be read, msg saying why. It is complete as the policy's other results are, so that report readers
+// such as Policy Reporter file it with them: the rule "read (<resource>)", distinct for each resource the
+// policy covers, and the policy's category and severity. It is about no object: its resource is the
+// resource's apiVersion and kind, which readers show where they show an object's, rather than a blank one.
+func readErrorResult(p audit.Policy, gvr schema.GroupVersionResource, kind, msg string) audit.Result {
+	category, severity := audit.ClassOf(p)
+	return audit.Result{
+		Policy:   p.Key().Name,
+		Rule:     audit.RuleName(audit.RuleRead, ResourceString(gvr)),
+		Category: category,
+		Severity: severity,
+		Verdict:  audit.Error,
+		Message:  msg,
+		Properties: map[string]string{
+			"resource": ResourceString(gvr),
+		},
+		Resource: audit.ObjectRef{APIVersion: gvr.GroupVersion().String(), Kind: kind},
+	}
 }
 
 // ResourceString names gvr as results and messages show it: "version/resource" for the core group,
