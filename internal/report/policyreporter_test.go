@@ -166,3 +166,43 @@ func TestPassesNamed(t *testing.T) {
 		}
 	}
 }
+
+// TestNoBlankResource checks that a result about no object is published without a blank resource, which
+// Policy Reporter would show as an object without kind or name: a reference that names what it knows (a
+// resource's apiVersion and kind) is kept, an empty one is left out.
+func TestNoBlankResource(t *testing.T) {
+	cases := []struct {
+		name string
+		ref  audit.ObjectRef
+		want int // resources published
+	}{
+		{"object", audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "a", Name: "cm", UID: "u"}, 1},
+		{"resource", audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment"}, 1},
+		{"nothing", audit.ObjectRef{}, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := audit.Result{Policy: "p", Rule: audit.RuleRead, Verdict: audit.Error, Message: "m", Resource: c.ref}
+			reports := report.BuildCounted([]audit.Result{res}, nil, nil, time.Unix(0, 0), report.Options{})
+			var listed []v1alpha2.PolicyReportResult
+			for _, r := range reports.ClusterPolicyReports {
+				listed = append(listed, r.Results...)
+			}
+			for _, r := range reports.PolicyReports {
+				listed = append(listed, r.Results...)
+			}
+			if len(listed) != 1 {
+				t.Fatalf("%d results listed, want 1", len(listed))
+			}
+			got := listed[0].Resources
+			if len(got) != c.want {
+				t.Fatalf("resources %+v: want %d", got, c.want)
+			}
+			for _, r := range got {
+				if r.APIVersion == "" && r.Kind == "" && r.Name == "" {
+					t.Errorf("blank resource %+v", r)
+				}
+			}
+		})
+	}
+}
