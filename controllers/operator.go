@@ -237,6 +237,7 @@ func (w *wiring) newScan() error {
 		Workers:     w.opts.Workers,
 		Backoff:     w.opts.ReadBackoff,
 		Namespaced:  w.discovery.Namespaced,
+		KindFor:     w.discovery.KindFor,
 		OnReadError: readErrors.ReadError,
 		OnSettled: func() {
 			w.firstAuditDone() // records the first audit's duration

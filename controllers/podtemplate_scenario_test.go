@@ -57,8 +57,8 @@ func TestPodTemplateScenario(t *testing.T) {
 		if got.APIVersion != "apps/v1" || got.Kind != "Deployment" || got.UID != stored.UID {
 			return fmt.Errorf("result is on %+v, want the Deployment %s", got, stored.UID)
 		}
-		if r.Properties[audit.PropPodTemplate] != "true" || r.Rule != "validations[0]" || r.Policy != "ptpl-latest" {
-			return fmt.Errorf("result %+v: want rule validations[0] of ptpl-latest with podTemplate true", r)
+		if r.Properties[audit.PropPodTemplate] != "true" || r.Rule != "validations[0] (binding ptpl-latest, pod template)" || r.Policy != "ptpl-latest" {
+			return fmt.Errorf("result %+v: want rule validations[0] (binding ptpl-latest, pod template) of ptpl-latest with podTemplate true", r)
 		}
 		return nil
 	})

@@ -95,5 +95,23 @@ type Policy interface {
 	Resources() []schema.GroupVersionResource
 	// Evaluate returns the results for obj, read at gvr. It returns at least one result for every object it
 	// covers (a pass when nothing failed) and none for objects it does not cover.
+	//
+	// Results on one object with equal verdicts have distinct rule names (see RuleName and DistinctRules).
 	Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []Result
+}
+
+// Classified is implemented by policies whose results carry a category and severity of their own. Results
+// made for such a policy outside Evaluate (a resource that cannot be read) carry the same, so that readers
+// file them with the policy's other results.
+type Classified interface {
+	Category() string
+	Severity() string
+}
+
+// ClassOf returns the category and severity of p's results, empty when p is not Classified.
+func ClassOf(p Policy) (category, severity string) {
+	if c, ok := p.(Classified); ok {
+		return c.Category(), c.Severity()
+	}
+	return "", ""
 }

@@ -90,10 +90,8 @@ func printCheckTable(w io.Writer, rs *ruleSet, t *tally, list []audit.Verdict) e
 		tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "RESULT\tPOLICY\tRULE\tOBJECT\tSOURCE\tMESSAGE")
 		for _, r := range rows {
+			// The rule name tells results of one object apart: it names the binding and param (see audit.RuleName).
 			rule := r.result.Rule
-			if b := r.result.Properties[audit.PropBinding]; b != "" {
-				rule = strings.TrimPrefix(rule+" ", " ") + "(binding " + b + ")"
-			}
 			if rule == "" {
 				rule = "-"
 			}
@@ -203,9 +201,6 @@ func junitCaseOf(r checkRow, out *outputOptions) junitCase {
 	name := objectName(res.Resource)
 	if res.Rule != "" {
 		name += " " + res.Rule
-	}
-	if b := res.Properties[audit.PropBinding]; b != "" {
-		name += " (binding " + b + ")"
 	}
 	tc := junitCase{Name: name, Classname: r.key.String(), Time: "0"}
 	if r.source.File != "" {

@@ -50,7 +50,7 @@ func TestCheckOutputs(t *testing.T) {
 			"replicas 5 exceed the limit of 3",
 			"failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
 			// Recreate warns; web, worker and lost get the RollingUpdate default and pass
-			"warn    vap/rolling-updates            validations[0] (binding rolling-updates)  team-a/Deployment/api",
+			"warn    vap/rolling-updates            validations[0] (binding rolling-updates)                     team-a/Deployment/api",
 			"9 objects checked, 1 matched by no policy.",
 		},
 	}, {
@@ -62,7 +62,7 @@ func TestCheckOutputs(t *testing.T) {
 		golden: "junit.xml",
 		want: []string{
 			`<testsuite name="vap/replica-limit" tests="2" failures="2" errors="0" skipped="0" time="0">`,
-			`<testcase name="team-a/Deployment/api validations[0] (binding replica-limit)" classname="vap/replica-limit" file="testdata/check/manifests/deployments.json" line="5" time="0">`,
+			`<testcase name="team-a/Deployment/api validations[0] (binding replica-limit, param team-a/limits)" classname="vap/replica-limit" file="testdata/check/manifests/deployments.json" line="5" time="0">`,
 			`<skipped message="&lt;nil&gt;: Invalid value: null: some validation rules were not checked`,
 			`<system-out>warn: deployments must roll out with RollingUpdate`,
 		},

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	celconfig "k8s.io/apiserver/pkg/apis/cel"
 
 	"github.com/celaudit/celaudit/internal/audit"
@@ -24,6 +26,8 @@ const (
 	// RuleIDValidations names CEL findings that belong to no single rule: the rules not run because
 	// the object failed blocking schema checks, and errors no rule of the schema can have produced.
 	RuleIDValidations = "x-kubernetes-validations"
+	// RulePass names the pass of an object that satisfies the whole validation of a version.
+	RulePass = "validation"
 )
 
 // Options tune compilation. The zero value gives the apiserver's defaults.
@@ -191,7 +195,7 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 		}
 		results = append(results, audit.Result{
 			Policy:     p.name,
-			Rule:       f.RuleID,
+			Rule:       RuleName(f, gvr.Version),
 			Category:   p.category,
 			Severity:   p.severity,
 			Verdict:    f.Verdict,
@@ -203,6 +207,7 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 	if passed {
 		results = append(results, audit.Result{
 			Policy:     p.name,
+			Rule:       audit.RuleName(RulePass, versionQualifier(gvr.Version)),
 			Category:   p.category,
 			Severity:   p.severity,
 			Verdict:    audit.Pass,
@@ -211,8 +216,46 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 			Resource:   ref,
 		})
 	}
+	audit.DistinctRules(results)
 	return results
 }
+
+// RuleName is the rule name of f's result on an object read in version (see audit.RuleName): the rule ID,
+// qualified so that the findings of one object have distinct names.
+//
+//   - An OpenAPI check is named by the field and the error type: "schema: spec.replicas (Invalid value,
+//     version v1)", or "schema (Internal error, version v1)" for the object as a whole.
+//   - A rule of list items or map values ("[*]" in its ID) fails once per item: its field errors name the
+//     item, "spec.items[*].x-kubernetes-validations[0] (at spec.items[1], version v1)".
+//   - Every other finding is its rule ID and version: "spec.x-kubernetes-validations[0] (version v1)".
+//
+// The version tells apart the results of an object read in several served versions. Findings still alike
+// (two errors of one type on one field) are numbered by the policy (see audit.DistinctRules).
+func RuleName(f Finding, version string) string {
+	switch {
+	case f.RuleID == RuleIDSchema:
+		base := RuleIDSchema
+		if f.FieldPath != "" {
+			base += ": " + f.FieldPath
+		}
+		reason := ""
+		if f.Reason != "" {
+			reason = field.ErrorType(f.Reason).String()
+		}
+		return audit.RuleName(base, reason, versionQualifier(version))
+	case f.FieldError && f.FieldPath != "" && strings.Contains(f.RuleID, "[*]"):
+		return audit.RuleName(f.RuleID, "at "+f.FieldPath, versionQualifier(version))
+	}
+	return audit.RuleName(f.RuleID, versionQualifier(version))
+}
+
+func versionQualifier(version string) string { return "version " + version }
+
+// Category implements audit.Classified.
+func (p *Policy) Category() string { return p.category }
+
+// Severity implements audit.Classified.
+func (p *Policy) Severity() string { return p.severity }
 
 // Findings validates obj as the given version of the CRD, with the semantics of a CREATE, and returns
 // the findings sorted by field path, rule and message. It returns nil for a version the policy does

@@ -43,10 +43,10 @@ func Example() {
 		}
 	}
 	// Output:
-	// good skip [high] spec.x-kubernetes-validations[2]: transition rule (uses oldSelf) is only evaluated on update; a stored object has no previous version
-	// good pass [high] : object satisfies the validation of widgets.example.com v1
-	// bad fail [high] spec.x-kubernetes-validations[0]: spec: Invalid value: replicas (5) must be between 1 and 3
-	// bad skip [high] spec.x-kubernetes-validations[2]: transition rule (uses oldSelf) is only evaluated on update; a stored object has no previous version
-	// bad fail [high] spec.x-kubernetes-validations[1]: spec.owner: Forbidden: root may not own a widget
-	// bad fail [high] spec.ports[*].x-kubernetes-validations[0]: spec.ports[0]: Invalid value: low ports are for system ports only
+	// good skip [high] spec.x-kubernetes-validations[2] (version v1): transition rule (uses oldSelf) is only evaluated on update; a stored object has no previous version
+	// good pass [high] validation (version v1): object satisfies the validation of widgets.example.com v1
+	// bad fail [high] spec.x-kubernetes-validations[0] (version v1): spec: Invalid value: replicas (5) must be between 1 and 3
+	// bad skip [high] spec.x-kubernetes-validations[2] (version v1): transition rule (uses oldSelf) is only evaluated on update; a stored object has no previous version
+	// bad fail [high] spec.x-kubernetes-validations[1] (version v1): spec.owner: Forbidden: root may not own a widget
+	// bad fail [high] spec.ports[*].x-kubernetes-validations[0] (at spec.ports[0], version v1): spec.ports[0]: Invalid value: low ports are for system ports only
 }

@@ -93,8 +93,12 @@ func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
 func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (res []audit.Result) {
 	defer func() {
 		if r := recover(); r != nil {
+			category, severity := audit.ClassOf(p)
 			res = []audit.Result{{
 				Policy:   p.Key().Name,
+				Rule:     audit.RuleInternal,
+				Category: category,
+				Severity: severity,
 				Verdict:  audit.Error,
 				Message:  fmt.Sprintf("internal error evaluating the policy: %v", r),
 				Resource: audit.RefOf(obj),

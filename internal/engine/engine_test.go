@@ -97,7 +97,7 @@ func TestEvaluate(t *testing.T) {
 			gvr: secrets,
 			obj: object("Secret", nil),
 			want: []audit.Result{{
-				Policy: "p", Verdict: audit.Error, Message: "internal error evaluating the policy: boom", Resource: ref,
+				Policy: "p", Rule: audit.RuleInternal, Verdict: audit.Error, Message: "internal error evaluating the policy: boom", Resource: ref,
 			}},
 		},
 	}

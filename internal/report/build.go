@@ -340,24 +340,34 @@ func publish(e *entry, previous map[string]metav1.Timestamp, now metav1.Timestam
 		ts = now
 	}
 	return v1alpha2.PolicyReportResult{
-		Source:    audit.Source,
-		Policy:    r.Policy,
-		Rule:      r.Rule,
-		Category:  r.Category,
-		Severity:  severity,
-		Timestamp: ts,
-		Result:    resultOf(e.verdict),
-		Scored:    true,
-		Resources: []corev1.ObjectReference{{
-			APIVersion: r.Resource.APIVersion,
-			Kind:       r.Resource.Kind,
-			Namespace:  r.Resource.Namespace,
-			Name:       r.Resource.Name,
-			UID:        r.Resource.UID,
-		}},
+		Source:     audit.Source,
+		Policy:     r.Policy,
+		Rule:       r.Rule,
+		Category:   r.Category,
+		Severity:   severity,
+		Timestamp:  ts,
+		Result:     resultOf(e.verdict),
+		Scored:     true,
+		Resources:  resourcesOf(r.Resource),
 		Message:    TruncateMessage(r.Message, maxMessageBytes),
 		Properties: props,
 	}
+}
+
+// resourcesOf returns the resources of a result about ref. A result about no object (a resource that cannot be
+// read names at most its kind) lists what it knows; a result that knows nothing lists nothing, rather than a
+// blank reference, which readers such as Policy Reporter would show as an object without a name.
+func resourcesOf(ref audit.ObjectRef) []corev1.ObjectReference {
+	if ref == (audit.ObjectRef{}) {
+		return nil
+	}
+	return []corev1.ObjectReference{{
+		APIVersion: ref.APIVersion,
+		Kind:       ref.Kind,
+		Namespace:  ref.Namespace,
+		Name:       ref.Name,
+		UID:        ref.UID,
+	}}
 }
 
 // severityOf returns the API severity of s. An empty severity is valid (the field is optional); any other

@@ -294,7 +294,7 @@ func assertGoldenReports(t *testing.T, got Reports, results []audit.Result, know
 			// team-a has the label; team-b warns.
 			summary: v1alpha2.PolicyReportSummary{Pass: 1, Warn: 1},
 			results: []goldenResult{{
-				policy: team, rule: "validations[0]", category: vapCat, severity: "high", result: v1alpha2.StatusWarn,
+				policy: team, rule: "validations[0] (binding require-team-label-warn)", category: vapCat, severity: "high", result: v1alpha2.StatusWarn,
 				message: "namespaces need a team label",
 				kind:    "Namespace", name: "team-b", uid: "uid-ns-team-b",
 				props: map[string]string{
@@ -310,7 +310,7 @@ func assertGoldenReports(t *testing.T, got Reports, results []audit.Result, know
 			summary: v1alpha2.PolicyReportSummary{Pass: 4, Fail: 2, Skip: 1},
 			results: []goldenResult{
 				{
-					policy: crd, rule: "spec.replicas.x-kubernetes-validations[0]", category: crdCat, severity: "medium",
+					policy: crd, rule: "spec.replicas.x-kubernetes-validations[0] (version v1)", category: crdCat, severity: "medium",
 					result:  v1alpha2.StatusFail,
 					message: "spec.replicas: Invalid value: -1: replicas must not be negative",
 					kind:    "Widget", namespace: "team-a", name: "w1", uid: "uid-w1",
@@ -320,14 +320,14 @@ func assertGoldenReports(t *testing.T, got Reports, results []audit.Result, know
 					kept: true,
 				},
 				{
-					policy: crd, rule: "spec.id.x-kubernetes-validations[0]", category: crdCat, severity: "medium",
+					policy: crd, rule: "spec.id.x-kubernetes-validations[0] (version v1)", category: crdCat, severity: "medium",
 					result:  v1alpha2.StatusSkip,
 					message: "transition rule (uses oldSelf) is only evaluated on update; a stored object has no previous version",
 					kind:    "Widget", namespace: "team-a", name: "w2", uid: "uid-w2",
 					props: map[string]string{"crdVersion": "v1", "fieldPath": "spec.id", "rule": "self == oldSelf"},
 				},
 				{
-					policy: replicas, rule: "validations[0]", category: vapCat, severity: "medium", result: v1alpha2.StatusFail,
+					policy: replicas, rule: "validations[0] (binding widget-replica-limit-deny)", category: vapCat, severity: "medium", result: v1alpha2.StatusFail,
 					message: "replicas must be at most 5, got 9",
 					kind:    "Widget", namespace: "team-a", name: "w3", uid: "uid-w3",
 					props: map[string]string{
@@ -343,7 +343,7 @@ func assertGoldenReports(t *testing.T, got Reports, results []audit.Result, know
 			summary: v1alpha2.PolicyReportSummary{Pass: 2, Fail: 1, Error: 1},
 			results: []goldenResult{
 				{
-					policy: crd, rule: "spec.x-kubernetes-validations[1]", category: crdCat, severity: "medium",
+					policy: crd, rule: "spec.x-kubernetes-validations[1] (version v1)", category: crdCat, severity: "medium",
 					result:  v1alpha2.StatusError,
 					message: "spec: Invalid value: \"object\": division by zero evaluating rule: size must be at least the divisor",
 					kind:    "Widget", namespace: "team-b", name: "w4", uid: "uid-w4",
@@ -353,7 +353,7 @@ func assertGoldenReports(t *testing.T, got Reports, results []audit.Result, know
 					},
 				},
 				{
-					policy: crd, rule: "spec.x-kubernetes-validations[0]", category: crdCat, severity: "medium",
+					policy: crd, rule: "spec.x-kubernetes-validations[0] (version v1)", category: crdCat, severity: "medium",
 					result:  v1alpha2.StatusFail,
 					message: "spec: Invalid value: mode legacy is retired",
 					kind:    "Widget", namespace: "team-b", name: "w5", uid: "uid-w5",

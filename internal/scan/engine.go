@@ -44,6 +44,9 @@ type Options struct {
 	// namespace, of cluster-scoped resources only the Namespace of that name, and a resource of unknown scope
 	// whole.
 	Namespaced func(gvr schema.GroupVersionResource) (namespaced, known bool)
+	// KindFor, when set, returns the kind of a served resource (empty when it is not served): the error
+	// result of a resource that cannot be read names it.
+	KindFor func(gvr schema.GroupVersionResource) schema.GroupVersionKind
 	// PagesInFlight bounds the LIST pages held in memory at once across all resources, which bounds the
 	// operator's peak memory while it reads; default Workers, at least 2.
 	PagesInFlight int

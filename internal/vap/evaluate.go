@@ -45,6 +45,7 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 	if p.templates[gvr] {
 		results = append(results, p.evaluateTemplate(ctx, gvr, obj)...)
 	}
+	audit.DistinctRules(results)
 	return results
 }
 
@@ -52,7 +53,7 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 func (e *evaluation) run(gvr schema.GroupVersionResource) (results []audit.Result) {
 	defer func() {
 		if r := recover(); r != nil {
-			results = append(results, e.result("", audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), nil))
+			results = append(results, e.result(audit.RuleInternal, audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), nil))
 		}
 	}()
 	key := e.p.classKey(gvr)
@@ -160,7 +161,7 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	base := b.properties()
 	defer func() {
 		if r := recover(); r != nil {
-			results = []audit.Result{e.result("", audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), e.errorProps(base))}
+			results = []audit.Result{e.result(audit.RuleInternal, audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), e.errorProps(base))}
 		}
 	}()
 	c := e.p.compiled
@@ -170,7 +171,7 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	}
 	if op == admission.Delete {
 		props := withProp(base, audit.PropOperation, string(op))
-		return []audit.Result{e.result("", audit.Skip,
+		return []audit.Result{e.result(RuleOperations, audit.Skip,
 			"the binding applies to this object only on DELETE; stored objects are audited as CREATE or UPDATE", props)}, false
 	}
 	base[audit.PropOperation] = string(op)
@@ -178,19 +179,19 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	params, err := generic.CollectParams(c.policy.Spec.ParamKind, paramInformer{source: e.p.deps.Params, gvk: c.paramKindOrZero()},
 		e.p.paramScope, b.binding.Spec.ParamRef, match.attrs.GetNamespace(), nil, nil)
 	if err != nil {
-		return []audit.Result{e.result("", audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
+		return []audit.Result{e.result(RuleConfiguration, audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
 	}
 	if len(params) == 0 {
 		return nil, false // parameterNotFoundAction Allow: the apiserver admits without evaluating
 	}
 	versioned, err := admission.NewVersionedAttributes(match.attrs, match.kind, e.p.objects)
 	if err != nil {
-		return []audit.Result{e.result("", audit.Error,
+		return []audit.Result{e.result(RuleConfiguration, audit.Error,
 			fmt.Sprintf("failed to configure binding: failed to convert object version: %v", err), e.errorProps(base))}, false
 	}
 	namespace, err := e.namespace(match.attrs)
 	if err != nil {
-		return []audit.Result{e.result("", audit.Error, err.Error(), e.errorProps(base))}, false
+		return []audit.Result{e.result(RuleNamespace, audit.Error, err.Error(), e.errorProps(base))}, false
 	}
 	if c.matchConditionsSkip != "" && c.compileErr == nil {
 		return []audit.Result{e.result("matchConditions", audit.Skip, c.matchConditionsSkip, base)}, false
@@ -236,7 +237,7 @@ func (e *evaluation) evaluateParam(b *boundBinding, ev evaluator, match definiti
 	}
 	if c.compileErr != nil {
 		// What the validator returns for a policy that did not compile.
-		return []audit.Result{e.result("", audit.Error, c.compileErr.Error(), e.errorProps(props))}
+		return []audit.Result{e.result(RuleCompile, audit.Error, c.compileErr.Error(), e.errorProps(props))}
 	}
 	if c.matcher != nil {
 		m := c.matcher.Match(e.ctx, versioned, versionedParam, nil)
@@ -280,17 +281,17 @@ func (e *evaluation) operation(b *boundBinding, pl plan, base map[string]string)
 		audited := candidate != admission.Delete
 		d := e.definition(pl.request, candidate)
 		if d.err != nil && audited {
-			return d, "", []audit.Result{e.result("", audit.Error, "failed to configure policy: "+d.err.Error(), e.errorProps(nil))}, true
+			return d, "", []audit.Result{e.result(RuleConfiguration, audit.Error, "failed to configure policy: "+d.err.Error(), e.errorProps(nil))}, true
 		}
 		if d.err != nil || !d.matches {
 			continue
 		}
 		if audited && e.p.paramConfigErr != nil {
-			return d, "", []audit.Result{e.result("", audit.Error, "failed to configure policy: "+e.p.paramConfigErr.Error(), e.errorProps(nil))}, true
+			return d, "", []audit.Result{e.result(RuleConfiguration, audit.Error, "failed to configure policy: "+e.p.paramConfigErr.Error(), e.errorProps(nil))}, true
 		}
 		ok, err := e.p.matcher.BindingMatches(d.attrs, e.p.objects, validating.NewValidatingAdmissionPolicyBindingAccessor(b.binding))
 		if err != nil && audited {
-			return d, "", []audit.Result{e.result("", audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
+			return d, "", []audit.Result{e.result(RuleConfiguration, audit.Error, "failed to configure binding: "+err.Error(), e.errorProps(base))}, false
 		}
 		if err == nil && ok {
 			return d, candidate, nil, false
@@ -369,7 +370,7 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 	}
 	if !aligned {
 		for _, d := range v.Decisions {
-			add(e.result("validations", audit.Error, withholdDetails(d.Message, "", ev.reads&ev.withheld), e.errorProps(props)))
+			add(e.result(RuleValidations, audit.Error, withholdDetails(d.Message, "", ev.reads&ev.withheld), e.errorProps(props)))
 		}
 	}
 	// The annotations ev evaluates read nothing it withholds: their errors are reported whole.
@@ -382,7 +383,7 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 			e.errorProps(withProp(props, audit.PropRule, c.policy.Spec.AuditAnnotations[index].ValueExpression))))
 	}
 	if !failed && (evaluated > 0 || len(c.validations) == 0) {
-		results = append(results, e.result("", audit.Pass, "", props))
+		results = append(results, e.result(RuleValidations, audit.Pass, passMessage(evaluated), props))
 	}
 	return results
 }
@@ -399,14 +400,15 @@ func (e *evaluation) secret() bool {
 	return isSecret(e.obj.GroupVersionKind())
 }
 
-func (e *evaluation) result(rule string, verdict audit.Verdict, message string, props map[string]string) audit.Result {
+// result is a result of the rule named base (see RuleName).
+func (e *evaluation) result(base string, verdict audit.Verdict, message string, props map[string]string) audit.Result {
 	c := e.p.compiled
 	if e.template {
 		props = withProp(props, audit.PropPodTemplate, "true")
 	}
 	return audit.Result{
 		Policy:     c.key.Name,
-		Rule:       rule,
+		Rule:       e.ruleName(base, props),
 		Category:   c.category,
 		Severity:   c.severity,
 		Verdict:    verdict,
@@ -415,6 +417,68 @@ func (e *evaluation) result(rule string, verdict audit.Verdict, message string, 
 		Resource:   e.ref,
 	}
 }
+
+// Rule names of results that are not those of one validation, matchConditions or auditAnnotation.
+const (
+	// RuleValidations names the pass of an object that satisfies every validation evaluated, and the error of
+	// an evaluation that failed as a whole (the cost budget ran out).
+	RuleValidations = "validations"
+	// RuleConfiguration names a configuration error of the policy (its paramKind, its matchConstraints) or of
+	// a binding (a param not found, an object that cannot be converted to the version the policy reads).
+	RuleConfiguration = "configuration"
+	// RuleCompile names the error of a policy that does not compile.
+	RuleCompile = "compile"
+	// RuleNamespace names the error of a namespace that cannot be read for namespaceObject.
+	RuleNamespace = "namespaceObject"
+	// RuleOperations names the skip of an object a binding applies to only on DELETE.
+	RuleOperations = "operations"
+	// RulePodTemplate names the error of a workload whose pod template cannot be made into a Pod.
+	RulePodTemplate = "podTemplate"
+)
+
+// ruleName is the rule name of a result of the rule named base (e.g. "validations[0]") with props: base,
+// qualified by what tells apart the results of one rule on one object (see audit.RuleName), in this order:
+//
+//   - "binding <name>": an object may match several bindings of the policy. An AuditPolicy has one binding,
+//     its own, and an unbound policy an implicit one: neither is named.
+//   - "param <namespace>/<name>" (or "param <name>" for a cluster-scoped param): a binding whose paramRef
+//     selects several params evaluates the object once per param.
+//   - "pod template": the results of a workload's pod template are reported on the workload, beside those
+//     of the workload itself.
+//
+// For example "validations[0] (binding replica-limits, param default/small, pod template)".
+func (e *evaluation) ruleName(base string, props map[string]string) string {
+	binding := ""
+	if name := props[audit.PropBinding]; name != "" && e.p.compiled.key.Source != audit.SourceAuditPolicy {
+		binding = "binding " + name
+	}
+	param := ""
+	if name := props[audit.PropParam]; name != "" {
+		param = "param " + name
+	}
+	template := ""
+	if e.template {
+		template = "pod template"
+	}
+	return audit.RuleName(base, binding, param, template)
+}
+
+// passMessage is the message of a pass after n validations were evaluated.
+func passMessage(n int) string {
+	switch n {
+	case 0:
+		return "object passes: the policy has no validations"
+	case 1:
+		return "object satisfies the 1 validation evaluated"
+	}
+	return fmt.Sprintf("object satisfies the %d validations evaluated", n)
+}
+
+// Category implements audit.Classified.
+func (p *Policy) Category() string { return p.compiled.category }
+
+// Severity implements audit.Classified.
+func (p *Policy) Severity() string { return p.compiled.severity }
 
 // errorProps returns props with the failurePolicy, which decides what the apiserver does with an error.
 func (e *evaluation) errorProps(props map[string]string) map[string]string {

@@ -130,12 +130,12 @@ func TestEvaluateValidations(t *testing.T) {
 		name:   "pass",
 		policy: newPolicy("p", withValidation(replicasRule)),
 		obj:    newDeployment("prod", "d", 1),
-		want:   []row{{"", audit.Pass, "", denyProps()}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
 	}, {
 		name:   "policy without validations passes",
 		policy: newPolicy("p"),
 		obj:    newDeployment("prod", "d", 1),
-		want:   []row{{"", audit.Pass, "", denyProps()}},
+		want:   []row{{"validations", audit.Pass, "object passes: the policy has no validations", denyProps()}},
 	}, {
 		name: "every failed validation is reported, in order",
 		policy: newPolicy("p",
@@ -175,7 +175,7 @@ func TestEvaluateValidations(t *testing.T) {
 			request.namespace == 'prod' && request.dryRun == false && request.options.kind == 'CreateOptions' &&
 			request.kind.kind == 'Deployment' && request.resource.resource == 'deployments' && !has(request.subResource)`)),
 		obj:  newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Pass, "", denyProps()}},
+		want: []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
 	}})
 }
 
@@ -281,7 +281,7 @@ func TestEvaluateActions(t *testing.T) {
 		policy:  policy,
 		unbound: true,
 		obj:     newDeployment("prod", "d", 1),
-		want:    []row{{"", audit.Pass, "", props("validationActions", "Audit", "operation", "CREATE")}},
+		want:    []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", props("validationActions", "Audit", "operation", "CREATE")}},
 	}, {
 		name:     "bindings of other policies are ignored",
 		policy:   policy,
@@ -346,7 +346,7 @@ func TestEvaluateAuditAnnotations(t *testing.T) {
 		name:   "published on a pass",
 		policy: newPolicy("p", withValidation(replicasRule), withAuditAnnotation("replicas", "'replicas: ' + string(object.spec.replicas)")),
 		obj:    newDeployment("prod", "d", 1),
-		want:   []row{{"", audit.Pass, "", denyProps("auditAnnotation.replicas", "replicas: 1")}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps("auditAnnotation.replicas", "replicas: 1")}},
 	}, {
 		name:   "a value expression of the wrong type does not compile",
 		policy: newPolicy("p", withValidation(replicasRule), withAuditAnnotation("replicas", "object.spec.replicas")),

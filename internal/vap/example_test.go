@@ -69,5 +69,5 @@ func Example() {
 	}
 	// Output:
 	// vap/replica-limit [apps/v1, Resource=deployments]
-	// fail validations[0] replicas must be at most 3, got 5
+	// fail validations[0] (binding replica-limit) replicas must be at most 3, got 5
 }

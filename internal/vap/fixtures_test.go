@@ -375,9 +375,33 @@ func (r row) String() string {
 func rows(results []audit.Result) []row {
 	out := make([]row, len(results))
 	for i, r := range results {
-		out[i] = row{Rule: r.Rule, Verdict: r.Verdict, Message: r.Message, Props: r.Properties}
+		out[i] = row{Rule: ruleBase(r), Verdict: r.Verdict, Message: r.Message, Props: r.Properties}
 	}
 	return out
+}
+
+// ruleBase is the rule name of r without the qualifiers its properties call for (see ruleName): rows state the
+// binding, param and pod template once, as properties. A name without them, or with others, is kept whole,
+// and differs from every row.
+func ruleBase(r audit.Result) string {
+	var qualifiers []string
+	if b := r.Properties[audit.PropBinding]; b != "" {
+		qualifiers = append(qualifiers, "binding "+b)
+	}
+	if p := r.Properties[audit.PropParam]; p != "" {
+		qualifiers = append(qualifiers, "param "+p)
+	}
+	if r.Properties[audit.PropPodTemplate] == "true" {
+		qualifiers = append(qualifiers, "pod template")
+	}
+	if len(qualifiers) == 0 {
+		return r.Rule
+	}
+	suffix := " (" + strings.Join(qualifiers, ", ") + ")"
+	if base, ok := strings.CutSuffix(r.Rule, suffix); ok {
+		return base
+	}
+	return r.Rule
 }
 
 func diffRows(t *testing.T, got []audit.Result, want []row) {

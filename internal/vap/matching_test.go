@@ -35,7 +35,7 @@ func TestEvaluateSelectors(t *testing.T) {
 		name:   "namespaceSelector on a missing namespace",
 		policy: tooMany(prodOnly),
 		obj:    newDeployment("gone", "d", 5),
-		want:   []row{{"", audit.Error, `failed to configure policy: namespaces "gone" not found`, props("failurePolicy", "Fail")}},
+		want:   []row{{"configuration", audit.Error, `failed to configure policy: namespaces "gone" not found`, props("failurePolicy", "Fail")}},
 	}, {
 		name: "namespaceSelector expressions",
 		policy: tooMany(withMatchConstraints(func(m *admissionregistrationv1.MatchResources) {
@@ -178,12 +178,12 @@ func TestEvaluateNamespaces(t *testing.T) {
 		policy: nsPolicy(withValidation("request.namespace == 'fresh' && namespaceObject == null")),
 		gvr:    namespacesGVR,
 		obj:    newObject("v1", "Namespace", "", "fresh"),
-		want:   []row{{"", audit.Pass, "", denyProps()}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
 	}, {
 		name:   "namespaceObject of a missing namespace",
 		policy: tooMany(withValidation("namespaceObject != null")),
 		obj:    newDeployment("gone", "d", 1),
-		want:   []row{{"", audit.Error, `namespaces "gone" not found`, denyProps("failurePolicy", "Fail")}},
+		want:   []row{{"namespaceObject", audit.Error, `namespaces "gone" not found`, denyProps("failurePolicy", "Fail")}},
 	}, {
 		name: "no namespace source",
 		policy: tooMany(withMatchConstraints(func(m *admissionregistrationv1.MatchResources) {
@@ -191,7 +191,7 @@ func TestEvaluateNamespaces(t *testing.T) {
 		})),
 		deps: func(d *Deps) { d.Namespaces = nil },
 		obj:  newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Error, "failed to configure policy: Internal error occurred: no namespace source configured", props("failurePolicy", "Fail")}},
+		want: []row{{"configuration", audit.Error, "failed to configure policy: Internal error occurred: no namespace source configured", props("failurePolicy", "Fail")}},
 	}})
 }
 
@@ -311,7 +311,7 @@ func TestEvaluateMatchPolicy(t *testing.T) {
 			policy: newPolicy("p", withRules(named(rule("example.com", "v1", "widgets"), "named"), rule("example.com", "v1beta1", "widgets")),
 				withValidation("false")),
 			gvr: widgetsV1GVR, obj: widgetV1,
-			want: []row{{"", audit.Error,
+			want: []row{{"configuration", audit.Error,
 				"failed to configure binding: failed to convert object version: the object must be read as example.com/v1beta1, Kind=Widget to be evaluated",
 				denyProps("failurePolicy", "Fail")}},
 		},

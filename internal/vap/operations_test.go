@@ -20,18 +20,18 @@ func TestEvaluateOperations(t *testing.T) {
 	updateProps := func(kv ...string) map[string]string {
 		return props(append([]string{"binding", "b", "validationActions", "Deny", "operation", "UPDATE"}, kv...)...)
 	}
-	deleteSkip := row{"", audit.Skip, "the binding applies to this object only on DELETE; stored objects are audited as CREATE or UPDATE",
+	deleteSkip := row{"operations", audit.Skip, "the binding applies to this object only on DELETE; stored objects are audited as CREATE or UPDATE",
 		props("binding", "b", "validationActions", "Deny", "operation", "DELETE")}
 	runCases(t, []evalCase{{
 		name:   "CREATE has no old object",
 		policy: newPolicy("p", withRules(rule("apps", "v1", "deployments", create)), withValidation("oldObject == null && request.operation == 'CREATE'")),
 		obj:    newDeployment("prod", "d", 5),
-		want:   []row{{"", audit.Pass, "", denyProps()}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
 	}, {
 		name:   "all operations are audited as CREATE",
 		policy: newPolicy("p", withRules(rule("apps", "v1", "deployments", all)), withValidation("oldObject == null")),
 		obj:    newDeployment("prod", "d", 5),
-		want:   []row{{"", audit.Pass, "", denyProps()}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
 	}, {
 		name:   "UPDATE-only policy is audited as an UPDATE of the object to itself",
 		policy: newPolicy("p", withRules(rule("apps", "v1", "deployments", update)), withValidation(updateRule), withValidation(replicasRule, message("too many"))),
@@ -41,7 +41,7 @@ func TestEvaluateOperations(t *testing.T) {
 		name:   "UPDATE-only policy passes",
 		policy: newPolicy("p", withRules(rule("apps", "v1", "deployments", update)), withValidation(updateRule)),
 		obj:    newDeployment("prod", "d", 1),
-		want:   []row{{"", audit.Pass, "", updateProps()}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", updateProps()}},
 	}, {
 		name:   "binding narrowing a policy to UPDATE",
 		policy: newPolicy("p", withValidation(updateRule)),
@@ -49,12 +49,12 @@ func TestEvaluateOperations(t *testing.T) {
 			m.ResourceRules = []admissionregistrationv1.NamedRuleWithOperations{rule("*", "*", "*", update)}
 		}))},
 		obj:  newDeployment("prod", "d", 1),
-		want: []row{{"", audit.Pass, "", updateProps()}},
+		want: []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", updateProps()}},
 	}, {
 		name:   "CREATE rule for one name, UPDATE rule for others",
 		policy: newPolicy("p", withRules(named(rule("apps", "v1", "deployments", create), "first"), rule("apps", "v1", "deployments", update)), withValidation(updateRule)),
 		obj:    newDeployment("prod", "d", 1),
-		want:   []row{{"", audit.Pass, "", updateProps()}},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", updateProps()}},
 	}, {
 		name:   "DELETE-only policy is skipped",
 		policy: newPolicy("p", withRules(rule("apps", "v1", "deployments", del)), withValidation(replicasRule)),
@@ -107,7 +107,7 @@ func TestEvaluateUserDependent(t *testing.T) {
 		name:   "skipped and passed",
 		policy: newPolicy("p", withValidation(userRule), withValidation(replicasRule)),
 		obj:    newDeployment("prod", "d", 1),
-		want:   []row{skip("0", userRule, "request.userInfo"), {"", audit.Pass, "", denyProps()}},
+		want:   []row{skip("0", userRule, "request.userInfo"), {"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
 	}, {
 		name:   "only skipped validations give no pass",
 		policy: newPolicy("p", withValidation(authRule)),
@@ -164,6 +164,6 @@ func TestEvaluateUserDependent(t *testing.T) {
 			withAuditAnnotation("user", "request.userInfo.username"),
 			withAuditAnnotation("replicas", "string(object.spec.replicas)")),
 		obj:  newDeployment("prod", "d", 1),
-		want: []row{{"", audit.Pass, "", denyProps("auditAnnotation.replicas", "1")}},
+		want: []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps("auditAnnotation.replicas", "1")}},
 	}})
 }

@@ -75,7 +75,7 @@ func TestEvaluateParams(t *testing.T) {
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
 		want: []row{
-			{"", audit.Pass, "", denyProps("param", "prod/loose")},
+			{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps("param", "prod/loose")},
 			maxFail("at most 2", "prod/strict"),
 		},
 	}, {
@@ -89,14 +89,14 @@ func TestEvaluateParams(t *testing.T) {
 		policy:   limitsPolicy(),
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("absent"), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Error, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
+		want: []row{{"configuration", audit.Error, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
 			denyProps("failurePolicy", "Fail")}},
 	}, {
 		name:     "no param selected, parameterNotFoundAction Deny",
 		policy:   limitsPolicy(withFailurePolicy(admissionregistrationv1.Ignore)),
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "none"}), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Error, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
+		want: []row{{"configuration", audit.Error, "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction",
 			denyProps("failurePolicy", "Ignore")}},
 	}, {
 		name:     "missing param, parameterNotFoundAction Allow: the policy does not apply",
@@ -115,14 +115,14 @@ func TestEvaluateParams(t *testing.T) {
 		policy:   limitsPolicy(withParamKind(limitsGVK.GroupVersion().WithKind("Missing"))),
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("strict"), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Error, "failed to configure policy: failed to find resource referenced by paramKind: 'example.com/v1, Kind=Missing'",
+		want: []row{{"configuration", audit.Error, "failed to configure policy: failed to find resource referenced by paramKind: 'example.com/v1, Kind=Missing'",
 			props("failurePolicy", "Fail")}},
 	}, {
 		name:    "param kind not installed, unbound policy",
 		policy:  limitsPolicy(withParamKind(limitsGVK.GroupVersion().WithKind("Missing"))),
 		unbound: true,
 		obj:     newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Error, "failed to configure policy: failed to find resource referenced by paramKind: 'example.com/v1, Kind=Missing'",
+		want: []row{{"configuration", audit.Error, "failed to configure policy: failed to find resource referenced by paramKind: 'example.com/v1, Kind=Missing'",
 			props("failurePolicy", "Fail")}},
 	}, {
 		name:   "paramKind without paramRef evaluates with null params",
@@ -135,7 +135,7 @@ func TestEvaluateParams(t *testing.T) {
 		policy:  newPolicy("p", withParamKind(limitsGVK), withValidation("params == null", message("params set"))),
 		unbound: true,
 		obj:     newDeployment("prod", "d", 1),
-		want:    []row{{"", audit.Pass, "", props("validationActions", "Audit", "operation", "CREATE")}},
+		want:    []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", props("validationActions", "Audit", "operation", "CREATE")}},
 	}, {
 		name: "typed param without TypeMeta",
 		policy: newPolicy("p", withParamKind(configMapGVK),
@@ -160,14 +160,14 @@ func TestEvaluateParams(t *testing.T) {
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("strict"), notFound(deny)))},
 		gvr:      nodesGVR,
 		obj:      newObject("v1", "Node", "", "n"),
-		want: []row{{"", audit.Error, "failed to configure binding: cannot use namespaced paramRef in policy binding that matches cluster-scoped resources",
+		want: []row{{"configuration", audit.Error, "failed to configure binding: cannot use namespaced paramRef in policy binding that matches cluster-scoped resources",
 			denyProps("failurePolicy", "Fail")}},
 	}, {
 		name:     "namespace in the paramRef of a cluster-scoped paramKind",
 		policy:   clusterLimitsPolicy(),
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("global"), paramRefNamespace("prod"), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
-		want: []row{{"", audit.Error, "failed to configure binding: paramRef.namespace must not be provided for a cluster-scoped `paramKind`",
+		want: []row{{"configuration", audit.Error, "failed to configure binding: paramRef.namespace must not be provided for a cluster-scoped `paramKind`",
 			denyProps("failurePolicy", "Fail")}},
 	}, {
 		name:     "param source failure",
@@ -175,14 +175,14 @@ func TestEvaluateParams(t *testing.T) {
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("strict"), notFound(deny)))},
 		deps:     func(d *Deps) { d.Params = failingParams{err: errors.New("cache not ready")} },
 		obj:      newDeployment("prod", "d", 5),
-		want:     []row{{"", audit.Error, "failed to configure binding: cache not ready", denyProps("failurePolicy", "Fail")}},
+		want:     []row{{"configuration", audit.Error, "failed to configure binding: cache not ready", denyProps("failurePolicy", "Fail")}},
 	}, {
 		name:     "no param source",
 		policy:   limitsPolicy(),
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("strict"), notFound(deny)))},
 		deps:     func(d *Deps) { d.Params = nil },
 		obj:      newDeployment("prod", "d", 5),
-		want:     []row{{"", audit.Error, "failed to configure binding: no param source configured", denyProps("failurePolicy", "Fail")}},
+		want:     []row{{"configuration", audit.Error, "failed to configure binding: no param source configured", denyProps("failurePolicy", "Fail")}},
 	}, {
 		name:     "a panicking param source is an error, not a crash",
 		policy:   limitsPolicy(),
@@ -190,7 +190,7 @@ func TestEvaluateParams(t *testing.T) {
 		deps:     func(d *Deps) { d.Params = panickingParams{} },
 		obj:      newDeployment("prod", "d", 5),
 		want: []row{
-			{"", audit.Error, "internal error evaluating the policy: boom", denyProps("failurePolicy", "Fail")},
+			{"internal", audit.Error, "internal error evaluating the policy: boom", denyProps("failurePolicy", "Fail")},
 			{"validations[0]", audit.Error, "expression 'object.spec.replicas <= params.spec.maxReplicas' resulted in error: no such key: spec",
 				props("binding", "c", "validationActions", "Deny", "operation", "CREATE", "rule", maxReplicasRule, "failurePolicy", "Fail")},
 		},

@@ -113,7 +113,7 @@ func (p *Policy) evaluateTemplate(ctx context.Context, gvr schema.GroupVersionRe
 	path, _ := templatePath(gvr)
 	pod, err := podFromTemplate(workload, path)
 	if err != nil {
-		return []audit.Result{e.result("", audit.Error, err.Error(), nil)}
+		return []audit.Result{e.result(RulePodTemplate, audit.Error, err.Error(), nil)}
 	}
 	e.obj = pod
 	return e.run(podsResource())

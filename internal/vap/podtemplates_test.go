@@ -116,7 +116,7 @@ func templateProps(kv ...string) map[string]string {
 
 var (
 	latestFail   = row{"validations[0]", audit.Fail, "no latest images", templateProps("rule", imageRule, "reason", "Invalid")}
-	templatePass = row{"", audit.Pass, "", templateProps()}
+	templatePass = row{"validations", audit.Pass, "object satisfies the 1 validation evaluated", templateProps()}
 )
 
 func TestPodTemplateWorkloadKinds(t *testing.T) {
@@ -153,7 +153,7 @@ func TestPodTemplateWorkloadKinds(t *testing.T) {
 			deps:   withWorkloads,
 			gvr:    k.gvr,
 			obj:    newWorkload(k.kind, "prod", "web", nil),
-			want: []row{{"", audit.Error, `cannot evaluate the pod template of ` + k.kind + ` "web": ` +
+			want: []row{{"podTemplate", audit.Error, `cannot evaluate the pod template of ` + k.kind + ` "web": ` +
 				map[bool]string{true: "spec.jobTemplate", false: "spec.template"}[k.kind == "CronJob"] + " is missing",
 				props(audit.PropPodTemplate, "true")}},
 		})
@@ -176,7 +176,7 @@ func TestPodTemplateCronJobNesting(t *testing.T) {
 		deps:   withWorkloads,
 		gvr:    cronJobsGVR,
 		obj:    newWorkload("CronJob", "prod", "nightly", nil, at(podTemplate("nginx:1.27", nil), "spec", "template")),
-		want: []row{{"", audit.Error, `cannot evaluate the pod template of CronJob "nightly": spec.jobTemplate is missing`,
+		want: []row{{"podTemplate", audit.Error, `cannot evaluate the pod template of CronJob "nightly": spec.jobTemplate is missing`,
 			props(audit.PropPodTemplate, "true")}},
 	}, {
 		name:   "a job template without a spec",
@@ -184,7 +184,7 @@ func TestPodTemplateCronJobNesting(t *testing.T) {
 		deps:   withWorkloads,
 		gvr:    cronJobsGVR,
 		obj:    newWorkload("CronJob", "prod", "nightly", nil, at(map[string]any{"metadata": map[string]any{}}, "spec", "jobTemplate")),
-		want: []row{{"", audit.Error, `cannot evaluate the pod template of CronJob "nightly": spec.jobTemplate.spec is missing`,
+		want: []row{{"podTemplate", audit.Error, `cannot evaluate the pod template of CronJob "nightly": spec.jobTemplate.spec is missing`,
 			props(audit.PropPodTemplate, "true")}},
 	}, {
 		name:   "a job template that is not an object",
@@ -192,14 +192,14 @@ func TestPodTemplateCronJobNesting(t *testing.T) {
 		deps:   withWorkloads,
 		gvr:    cronJobsGVR,
 		obj:    newWorkload("CronJob", "prod", "nightly", nil, at("job", "spec", "jobTemplate")),
-		want: []row{{"", audit.Error, `cannot evaluate the pod template of CronJob "nightly": spec.jobTemplate is not an object but a string`,
+		want: []row{{"podTemplate", audit.Error, `cannot evaluate the pod template of CronJob "nightly": spec.jobTemplate is not an object but a string`,
 			props(audit.PropPodTemplate, "true")}},
 	}})
 }
 
 func TestPodTemplateMalformed(t *testing.T) {
 	malformed := func(msg string) []row {
-		return []row{{"", audit.Error, `cannot evaluate the pod template of Deployment "web": ` + msg, props(audit.PropPodTemplate, "true")}}
+		return []row{{"podTemplate", audit.Error, `cannot evaluate the pod template of Deployment "web": ` + msg, props(audit.PropPodTemplate, "true")}}
 	}
 	cases := []struct {
 		name     string
@@ -262,7 +262,7 @@ func TestPodTemplateIsThePod(t *testing.T) {
 		policy: podPolicy(withValidation(podRule), withValidation(requestRule)),
 		deps:   withWorkloads,
 		obj:    deployment,
-		want:   []row{templatePass},
+		want:   []row{{"validations", audit.Pass, "object satisfies the 3 validations evaluated", templateProps()}},
 	}, {
 		name: "the objectSelector selects the template's labels",
 		policy: podPolicy(withMatchConstraints(func(m *admissionregistrationv1.MatchResources) {
@@ -305,7 +305,7 @@ func TestPodTemplateIsThePod(t *testing.T) {
 			notFound(admissionregistrationv1.DenyAction)))},
 		deps: func(d *Deps) { withWorkloads(d); d.Params = panickingParams{} },
 		obj:  newWorkload("Deployment", "prod", "web", podTemplate("nginx:1.27", nil)),
-		want: []row{{"", audit.Error, "internal error evaluating the policy: boom", templateProps("failurePolicy", "Fail")}},
+		want: []row{{"internal", audit.Error, "internal error evaluating the policy: boom", templateProps("failurePolicy", "Fail")}},
 	}})
 }
 
@@ -352,7 +352,7 @@ func TestPodTemplateBindings(t *testing.T) {
 		obj:      newWorkload("Job", "prod", "web", twoContainers),
 		gvr:      jobsGVR,
 		want: []row{
-			{"", audit.Pass, "", templateProps("param", "prod/loose")},
+			{"validations", audit.Pass, "object satisfies the 1 validation evaluated", templateProps("param", "prod/loose")},
 			{"validations[0]", audit.Fail, "at most 2 containers", templateProps("rule", containersRule, "reason", "Invalid", "param", "prod/strict")},
 		},
 	}, {
@@ -405,7 +405,10 @@ func TestPodTemplateAndWorkloadRules(t *testing.T) {
 		policy: policy,
 		deps:   withWorkloads,
 		obj:    newWorkload("Deployment", "prod", "web", podTemplate("nginx:1.27", nil), withField(int64(1), "spec", "replicas")),
-		want:   []row{{"", audit.Pass, "", denyProps()}, templatePass},
+		want: []row{
+			{"validations", audit.Pass, "object satisfies the 2 validations evaluated", denyProps()},
+			{"validations", audit.Pass, "object satisfies the 2 validations evaluated", templateProps()},
+		},
 	}})
 
 	p := Compile(policy, bindings{newBinding("b", "p")}, Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}, Options{})

@@ -346,7 +346,7 @@ func TestCompileFailure(t *testing.T) {
 	policy := newPolicy("p", withValidation(replicasRule))
 	p := Compile(policy, nil, testDeps(t), Options{CompatibilityVersion: &version.Version{}})
 	got := p.Evaluate(defaultTestContext, deploymentsGVR, newDeployment("prod", "d", 1))
-	want := []row{{"", audit.Error, "internal error compiling policy: version must contain an major and minor component, but got: ",
+	want := []row{{"compile", audit.Error, "internal error compiling policy: version must contain an major and minor component, but got: ",
 		props("validationActions", "Audit", "operation", "CREATE", "failurePolicy", "Fail")}}
 	diffRows(t, got, want)
 }

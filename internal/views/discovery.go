@@ -78,6 +78,11 @@ func (d *Discovery) Namespaced(gvr schema.GroupVersionResource) (namespaced, kno
 	return d.resolver().Namespaced(gvr)
 }
 
+// KindFor returns the kind of the served resource gvr; empty when it is not served.
+func (d *Discovery) KindFor(gvr schema.GroupVersionResource) schema.GroupVersionKind {
+	return d.resolver().KindFor(gvr, "")
+}
+
 // Snapshot returns the current discovery snapshot: policies are bound against one snapshot and bound again
 // when it changes, so one evaluation never mixes two views of the cluster.
 func (d *Discovery) Snapshot() *vap.StaticResolver { return d.resolver() }

@@ -481,10 +481,21 @@ func resultKeys(results []audit.Result) []string {
 			}
 		}
 		sort.Strings(props)
-		out = append(out, fmt.Sprintf("%s %s %q {%s}", r.Verdict, r.Rule, r.Message, strings.Join(props, " ")))
+		out = append(out, fmt.Sprintf("%s %s %q {%s}", r.Verdict, withoutBinding(r), r.Message, strings.Join(props, " ")))
 	}
 	sort.Strings(out)
 	return out
+}
+
+// withoutBinding is the rule name of r without the binding it names: an AuditPolicy's rule names name no
+// binding (it has one, its own), those of the policy it stands for do.
+func withoutBinding(r audit.Result) string {
+	b := r.Properties[audit.PropBinding]
+	if b == "" {
+		return r.Rule
+	}
+	rule := strings.Replace(r.Rule, " (binding "+b+", ", " (", 1)
+	return strings.Replace(rule, " (binding "+b+")", "", 1)
 }
 
 // routeToBindings routes a result of an AuditPolicy converted from a binding to that binding of the

@@ -1,0 +1,104 @@
+package scan_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/crdrules"
+	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/scan"
+	"github.com/celaudit/celaudit/internal/vap"
+)
+
+// TestReadErrorResultComplete publishes the error result of a resource that cannot be read, for each kind of
+// policy, and checks that Policy Reporter can file it with the policy's other results: a rule name, the
+// policy's category and severity, and a resource that is not blank (Policy Reporter shows a blank one as an
+// object without kind or name).
+func TestReadErrorResultComplete(t *testing.T) {
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	crd := &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "widgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Kind: "Widget"},
+			Scope: apiextensionsv1.NamespaceScoped,
+		},
+	}
+	resolver, err := vap.NewStaticResolver(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "replicas", Annotations: map[string]string{audit.AnnotationSeverity: "high"}},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			Validations: []admissionregistrationv1.Validation{{Expression: "true"}},
+		},
+	}
+	cases := []struct {
+		name                       string
+		policy                     audit.Policy
+		gvr                        schema.GroupVersionResource
+		kind                       string
+		wantRule                   string
+		wantCategory, wantSeverity string
+		wantResource               string // apiVersion/kind
+	}{{
+		name:         "CRD",
+		policy:       crdrules.Compile(crd, crdrules.Options{Category: "Storage", Severity: audit.SeverityLow}),
+		gvr:          widgets,
+		kind:         "Widget",
+		wantRule:     "read (example.com/v1/widgets)",
+		wantCategory: "Storage", wantSeverity: audit.SeverityLow,
+		wantResource: "example.com/v1/Widget",
+	}, {
+		name:         "ValidatingAdmissionPolicy, kind unknown",
+		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
+		gvr:          configMaps,
+		wantRule:     "read (v1/configmaps)",
+		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
+		wantResource: "v1/",
+	}, {
+		name:         "policy without category or severity",
+		policy:       &keyPolicy{name: "plain", key: "bad"},
+		gvr:          configMaps,
+		kind:         "ConfigMap",
+		wantRule:     "read (v1/configmaps)",
+		wantResource: "v1/ConfigMap",
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			res := scan.ReadErrorResult(c.policy, c.gvr, c.kind, "cannot read "+scan.ResourceString(c.gvr)+": forbidden")
+			reports := report.BuildCounted([]audit.Result{res}, nil, nil, time.Unix(0, 0), report.Options{})
+			if len(reports.ClusterPolicyReports) != 1 || len(reports.ClusterPolicyReports[0].Results) != 1 {
+				t.Fatalf("want one cluster report listing the error, got %+v", reports)
+			}
+			got := reports.ClusterPolicyReports[0].Results[0]
+			if len(got.Resources) != 1 {
+				t.Fatalf("resources %+v: want one", got.Resources)
+			}
+			ref := got.Resources[0]
+			if ref.APIVersion == "" && ref.Kind == "" && ref.Name == "" {
+				t.Errorf("blank resource %+v", ref)
+			}
+			if r := ref.APIVersion + "/" + ref.Kind; r != c.wantResource {
+				t.Errorf("resource %s, want %s", r, c.wantResource)
+			}
+			if got.Rule != c.wantRule {
+				t.Errorf("rule %q, want %q", got.Rule, c.wantRule)
+			}
+			if got.Category != c.wantCategory || string(got.Severity) != c.wantSeverity {
+				t.Errorf("category %q, severity %q; want %q, %q", got.Category, got.Severity, c.wantCategory, c.wantSeverity)
+			}
+			if got.Result != "error" || !strings.HasPrefix(got.Message, "cannot read ") {
+				t.Errorf("result %s %q: want the read error", got.Result, got.Message)
+			}
+		})
+	}
+}
