@@ -119,7 +119,13 @@ func (r requests) sum(verbs []string, match func(resource string) bool) int {
 var writeVerbs = []string{"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"}
 
 func isReport(res string) bool {
-	return strings.HasPrefix(res, "wgpolicyk8s.io/policyreports") || strings.HasPrefix(res, "wgpolicyk8s.io/clusterpolicyreports")
+	for _, prefix := range []string{"wgpolicyk8s.io/policyreports", "wgpolicyk8s.io/clusterpolicyreports",
+		"openreports.io/reports", "openreports.io/clusterreports"} {
+		if strings.HasPrefix(res, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func (r requests) keys() []string {

@@ -41,7 +41,9 @@ func startEnv(dir string) (*envtestutil.Env, string, error) {
 		return nil, "", err
 	}
 	te := &envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")},
+		// The OpenReports CRDs too, for runs with --report-api=openreports or both.
+		CRDDirectoryPaths: []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases"),
+			filepath.Join(envtestutil.RepoRoot(), "config", "openreports")},
 		ErrorIfCRDPathMissing: true,
 	}
 	te.ControlPlane.GetAPIServer().Configure().

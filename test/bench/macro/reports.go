@@ -22,6 +22,8 @@ import (
 var (
 	policyReportsGVR        = v1alpha2.GroupVersion.WithResource("policyreports")
 	clusterPolicyReportsGVR = v1alpha2.GroupVersion.WithResource("clusterpolicyreports")
+	openReportsGVR          = schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "reports"}
+	clusterOpenReportsGVR   = schema.GroupVersionResource{Group: "openreports.io", Version: "v1alpha1", Resource: "clusterreports"}
 )
 
 // listedKey is one listed result: the policy and the object it is about.
@@ -31,6 +33,9 @@ type listedKey struct {
 
 // reportState is what the harness keeps of one report.
 type reportState struct {
+	// counted: the report is of the API whose summaries, listed results and events the harness follows; with
+	// --report-api=both, the OpenReports copies are only sized.
+	counted   bool
 	namespace string
 	summary   counts
 	listed    map[listedKey]string // -> verdict
@@ -54,9 +59,21 @@ func newReports() *reports { return &reports{byName: map[string]*reportState{}} 
 // watch follows the managed reports with an informer, so that a watch the API server closes (a slow
 // consumer during a burst of report writes, a timeout) resumes from the last resourceVersion instead of
 // losing events. The informers end with ctx.
-func (r *reports) watch(ctx context.Context, dyn dynamic.Interface) error {
+//
+// api is the operator's --report-api: the reports of wgpolicy (and of both) are the ones whose summaries,
+// listed results and events are followed; with both, the OpenReports copies are watched for their sizes.
+func (r *reports) watch(ctx context.Context, dyn dynamic.Interface, api string) error {
 	selector := report.ManagedByLabel + "=" + report.ManagedByValue
-	for _, gvr := range []schema.GroupVersionResource{policyReportsGVR, clusterPolicyReportsGVR} {
+	followed := []schema.GroupVersionResource{policyReportsGVR, clusterPolicyReportsGVR}
+	var sized []schema.GroupVersionResource
+	switch api {
+	case "openreports":
+		followed = []schema.GroupVersionResource{openReportsGVR, clusterOpenReportsGVR}
+	case "both":
+		sized = []schema.GroupVersionResource{openReportsGVR, clusterOpenReportsGVR}
+	}
+	for _, gvr := range append(followed, sized...) {
+		counted := gvr.Group != "openreports.io" || api == "openreports"
 		ri := dyn.Resource(gvr)
 		lw := &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
@@ -74,7 +91,7 @@ func (r *reports) watch(ctx context.Context, dyn dynamic.Interface) error {
 					obj = d.Obj
 				}
 				if o, ok := obj.(runtime.Object); ok {
-					r.handle(watch.Event{Type: t, Object: o}, time.Now())
+					r.handle(watch.Event{Type: t, Object: o}, time.Now(), counted)
 				}
 			}
 		}
@@ -101,7 +118,7 @@ func (r *reports) fail(err error) {
 	r.errs = append(r.errs, err)
 }
 
-func (r *reports) handle(ev watch.Event, at time.Time) {
+func (r *reports) handle(ev watch.Event, at time.Time, counted bool) {
 	u, ok := ev.Object.(*unstructured.Unstructured)
 	if !ok {
 		if ev.Type == watch.Error {
@@ -120,6 +137,7 @@ func (r *reports) handle(ev watch.Event, at time.Time) {
 		return
 	}
 	st := &reportState{
+		counted:   counted,
 		namespace: u.GetNamespace(),
 		summary:   counts{Pass: rep.Summary.Pass, Fail: rep.Summary.Fail, Warn: rep.Summary.Warn, Error: rep.Summary.Error, Skip: rep.Summary.Skip},
 		listed:    map[listedKey]string{},
@@ -132,23 +150,29 @@ func (r *reports) handle(ev watch.Event, at time.Time) {
 		}
 		st.listed[k] = string(res.Result)
 	}
-	key := u.GetNamespace() + "/" + u.GetName()
+	key := u.GroupVersionKind().Group + "/" + u.GetNamespace() + "/" + u.GetName()
 
 	r.mu.Lock()
-	if old := r.byName[key]; old != nil {
+	if old := r.byName[key]; old != nil && old.counted {
 		r.totals.sub(old.summary)
 	}
 	if ev.Type == watch.Deleted {
 		delete(r.byName, key)
 	} else {
 		r.byName[key] = st
-		r.totals.add(st.summary)
+		if counted {
+			r.totals.add(st.summary)
+		}
 	}
+	// Events of every watched API: the reports settle when all of them are written.
 	if ev.Type != watch.Bookmark {
 		r.lastEvent = at
 		r.events++
 	}
-	listeners := append([]func(string, time.Time){}, r.listeners...)
+	var listeners []func(string, time.Time)
+	if counted {
+		listeners = append(listeners, r.listeners...)
+	}
 	r.mu.Unlock()
 	for _, l := range listeners {
 		l(u.GetNamespace(), at)
@@ -175,7 +199,7 @@ func (r *reports) listed(ns string, k listedKey) string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, st := range r.byName {
-		if st.namespace != ns {
+		if st.namespace != ns || !st.counted {
 			continue
 		}
 		if v, ok := st.listed[k]; ok {
@@ -185,14 +209,17 @@ func (r *reports) listed(ns string, k listedKey) string {
 	return ""
 }
 
-// size returns the number of reports and the sum of their JSON sizes, and how many results they list.
+// size returns the number of reports and the sum of their JSON sizes, of every watched API, and how many
+// results the followed API's reports list.
 func (r *reports) size() (n, bytes, listed int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, st := range r.byName {
 		n++
 		bytes += st.bytes
-		listed += len(st.listed)
+		if st.counted {
+			listed += len(st.listed)
+		}
 	}
 	return n, bytes, listed
 }

@@ -114,7 +114,7 @@ func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error
 	wctx, cancel := context.WithCancel(ctx)
 	cl.cancel = cancel
 	cl.reports = newReports()
-	if err := cl.reports.watch(wctx, cl.dyn); err != nil {
+	if err := cl.reports.watch(wctx, cl.dyn, reportAPI(c)); err != nil {
 		return nil, err
 	}
 	if c.auditPolicies > 0 {
@@ -143,6 +143,21 @@ func (cl *cluster) stop() {
 
 func operatorArgs(c config) []string {
 	return strings.Fields(c.operatorFlags)
+}
+
+// reportAPI is the --report-api the operator runs with: wgpolicy unless -operator-flags says otherwise.
+func reportAPI(c config) string {
+	api := "wgpolicy"
+	args := operatorArgs(c)
+	for i, a := range args {
+		switch {
+		case strings.HasPrefix(a, "--report-api="):
+			api = strings.TrimPrefix(a, "--report-api=")
+		case a == "--report-api" && i+1 < len(args):
+			api = args[i+1]
+		}
+	}
+	return api
 }
 
 // runBaseline measures the operator's memory with every policy installed and no audited objects.
