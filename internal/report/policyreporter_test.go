@@ -2,6 +2,7 @@ package report_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -205,4 +206,66 @@ func TestNoBlankResource(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestEveryReportHasASource checks that Policy Reporter finds the source "celaudit" on every report, which it
+// needs to list a report under celaudit and its namespace at all. It reads a PolicyReport's source from its
+// first result, and an OpenReports Report's from the top-level source. So: with passes listed, every
+// PolicyReport lists a result; with OpenReports, every Report carries the source, even one that lists
+// nothing (a namespace where everything passes, passes only counted). With PolicyReports and passes only
+// counted, such a report has no source for Policy Reporter: the README says to choose one of the two above.
+func TestEveryReportHasASource(t *testing.T) {
+	results := evaluateFile(t, "testdata/policyreporter.yaml")
+	// A namespace where both objects pass everything: its passes are only counted by default.
+	quiet := report.CountedPasses{"quiet": {"uid-1": 2, "uid-2": 1}}
+	for _, r := range results {
+		if r.Resource.Namespace == "quiet" {
+			t.Fatal("the fixture must not use the namespace quiet")
+		}
+	}
+	allPass := append(slices.Clone(results),
+		audit.Result{Policy: "labelled", Rule: "validations (binding b)", Verdict: audit.Pass, Message: "m",
+			Resource: audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "quiet", Name: "a", UID: "uid-1"}},
+		audit.Result{Policy: "labelled", Rule: "validations (binding b)", Verdict: audit.Pass, Message: "m",
+			Resource: audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "quiet", Name: "b", UID: "uid-2"}})
+
+	t.Run("PolicyReports with passes listed", func(t *testing.T) {
+		reports := report.BuildCounted(allPass, nil, nil, time.Unix(0, 0), report.Options{ListVerdicts: allVerdicts()})
+		sawQuiet := false
+		for _, r := range reports.PolicyReports {
+			sawQuiet = sawQuiet || r.Namespace == "quiet"
+			if len(r.Results) == 0 || r.Results[0].Source != audit.Source {
+				t.Errorf("PolicyReport %s/%s: Policy Reporter would read source %q", r.Namespace, r.Name, policyReporterSource(r.Results))
+			}
+		}
+		if !sawQuiet {
+			t.Error("no report for the namespace where everything passes")
+		}
+	})
+	t.Run("OpenReports with passes counted", func(t *testing.T) {
+		open := report.ToOpenReports(report.BuildCounted(results, quiet, nil, time.Unix(0, 0), report.Options{}))
+		sawEmpty := false
+		for _, r := range open.Reports {
+			sawEmpty = sawEmpty || len(r.Results) == 0
+			if r.Source != audit.Source {
+				t.Errorf("Report %s/%s: source %q, want %q", r.Namespace, r.Name, r.Source, audit.Source)
+			}
+		}
+		for _, r := range open.ClusterReports {
+			if r.Source != audit.Source {
+				t.Errorf("ClusterReport %s: source %q, want %q", r.Name, r.Source, audit.Source)
+			}
+		}
+		if !sawEmpty {
+			t.Error("no Report that lists nothing: the namespace where everything passes is missing")
+		}
+	})
+}
+
+// policyReporterSource is the source Policy Reporter gives a PolicyReport: its first result's.
+func policyReporterSource(results []v1alpha2.PolicyReportResult) string {
+	if len(results) == 0 {
+		return ""
+	}
+	return results[0].Source
 }
