@@ -42,6 +42,9 @@ type Compiled struct {
 	validations []validationInfo
 	// judged lists the spec.validations indexes given to the validator, in the validator's order.
 	judged []int
+	// passMessage is the message of a pass, which depends only on the number of validations judged: made
+	// once here rather than for each of the many passes.
+	passMessage string
 
 	paramKind    *schema.GroupVersionKind
 	paramKindErr error
@@ -282,6 +285,7 @@ func (c *Compiled) compile(opts Options) (problems []string) {
 		c.validations[i] = info
 		c.judged = append(c.judged, i)
 	}
+	c.passMessage = passMessage(len(c.judged))
 
 	var annotations []int // spec.auditAnnotations that can be evaluated
 	annotationReads := make([]exposure, len(spec.AuditAnnotations))

@@ -335,7 +335,6 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 	// evaluation failed (e.g. the cost budget ran out).
 	aligned := len(v.Decisions) == len(c.judged)
 	position := 0
-	evaluated := 0
 	for i, info := range c.validations {
 		// Most decisions are passes, which need neither: they are made only for a result.
 		rule := func() string { return fmt.Sprintf("validations[%d]", i) }
@@ -344,7 +343,6 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 			results = append(results, e.result(rule(), audit.Skip, info.skip, ruleProps()))
 			continue
 		}
-		evaluated++
 		if !aligned {
 			continue
 		}
@@ -382,8 +380,8 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 		add(e.result(fmt.Sprintf("auditAnnotations[%d]", index), audit.Error, a.Error,
 			e.errorProps(withProp(props, audit.PropRule, c.policy.Spec.AuditAnnotations[index].ValueExpression))))
 	}
-	if !failed && (evaluated > 0 || len(c.validations) == 0) {
-		results = append(results, e.result(RuleValidations, audit.Pass, passMessage(evaluated), props))
+	if !failed && (len(c.judged) > 0 || len(c.validations) == 0) {
+		results = append(results, e.result(RuleValidations, audit.Pass, c.passMessage, props))
 	}
 	return results
 }

@@ -83,8 +83,10 @@ func TestChartOnAPIServer(t *testing.T) {
 			}
 		}
 		var role rbacv1.ClusterRole
-		if err := c.Get(ctx, client.ObjectKey{Name: "celaudit-openreports-writer"}, &role); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Name: "celaudit-manager-role"}, &role); err != nil {
 			t.Errorf("reports.api=both: %v", err)
+		} else if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return slices.Contains(r.APIGroups, "openreports.io") }) {
+			t.Error("reports.api=both: the manager ClusterRole grants nothing on openreports.io")
 		}
 	})
 

@@ -274,11 +274,11 @@ func TestReportResults(t *testing.T) {
 
 func TestReportAPI(t *testing.T) {
 	t.Parallel()
-	openReportsRules := []rbacv1.PolicyRule{{
+	openReportsRule := rbacv1.PolicyRule{
 		APIGroups: []string{"openreports.io"},
-		Resources: []string{"reports", "clusterreports"},
-		Verbs:     []string{"get", "list", "watch", "create", "update", "patch", "delete"},
-	}}
+		Resources: []string{"clusterreports", "reports"},
+		Verbs:     []string{"create", "delete", "get", "list", "patch", "update", "watch"},
+	}
 	for _, tc := range []struct {
 		api  string
 		flag []string
@@ -297,18 +297,12 @@ func TestReportAPI(t *testing.T) {
 			if got := flag(objs.args(t), "report-api"); !slices.Equal(got, tc.flag) {
 				t.Errorf("--report-api arguments %v; want %v", got, tc.flag)
 			}
-			role := objs.find("ClusterRole", "celaudit-openreports-writer")
-			binding := objs.find("ClusterRoleBinding", "celaudit-openreports-writer-rolebinding")
-			if tc.flag == nil {
-				if role != nil || binding != nil {
-					t.Error("openreports.io RBAC rendered for the wgpolicy API")
-				}
-				return
+			// The manager ClusterRole grants the openreports.io reports whatever the API: no second role.
+			if !slices.ContainsFunc(objs.rules(t, "ClusterRole", "celaudit-manager-role"), func(r rbacv1.PolicyRule) bool {
+				return reflect.DeepEqual(r, openReportsRule)
+			}) {
+				t.Errorf("the manager ClusterRole lacks %v", openReportsRule)
 			}
-			if got := objs.rules(t, "ClusterRole", "celaudit-openreports-writer"); !reflect.DeepEqual(got, openReportsRules) {
-				t.Errorf("openreports rules %v; want %v", got, openReportsRules)
-			}
-			checkBinding(t, objs, "ClusterRoleBinding", "celaudit-openreports-writer-rolebinding", "celaudit-openreports-writer")
 		})
 	}
 	if _, err := helm(t, "template", release, chartDir, "--set", "reports.api=policyreports"); err == nil || !strings.Contains(err.Error(), "reports.api must be") {
