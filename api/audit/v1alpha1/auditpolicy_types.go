@@ -37,8 +37,8 @@ func (e Enforcement) Stage() int {
 // PromotionCondition is what must hold for a promotion.
 type PromotionCondition string
 
-// NoViolations holds while SafeToEnforce is True: no fail, warn or error result among the matched objects at
-// the last complete audit.
+// NoViolations holds while SafeToEnforce is True: the last complete audit judged objects and found no fail, warn or
+// error result.
 const NoViolations PromotionCondition = "NoViolations"
 
 // Promotion moves an AuditPolicy's enforcement forward by itself once it has been safe for a while.
@@ -56,6 +56,39 @@ type Promotion struct {
 	// For is how long the condition must have held, e.g. 24h.
 	// +required
 	For metav1.Duration `json:"for"`
+}
+
+// EnforcementOverride is an explicit, recorded decision to enforce a policy that celaudit does not judge safe.
+type EnforcementOverride struct {
+	// Reason says why the policy is enforced anyway, and who decided it.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	// +required
+	Reason string `json:"reason"`
+}
+
+// Exemptions are what every ValidatingAdmissionPolicy and binding celaudit registers leaves out, whatever the
+// AuditPolicy says, so that enforcing it can deny nothing that keeps the cluster or celaudit running. The
+// audit of an AuditPolicy leaves out the same namespaces and resources; users and groups concern requests
+// only.
+type Exemptions struct {
+	// Namespaces are left out through the binding's namespaceSelector.
+	// +listType=atomic
+	// +optional
+	Namespaces []string `json:"namespaces,omitempty"`
+	// Resources are left out through the binding's excludeResourceRules, subresources included, as
+	// group/resource ("" group written as "/events" is core; "*" stands for every resource of the group).
+	// +listType=atomic
+	// +optional
+	Resources []string `json:"resources,omitempty"`
+	// Users are the request users a matchCondition of the registered policy leaves out.
+	// +listType=atomic
+	// +optional
+	Users []string `json:"users,omitempty"`
+	// Groups are the request groups a matchCondition of the registered policy leaves out.
+	// +listType=atomic
+	// +optional
+	Groups []string `json:"groups,omitempty"`
 }
 
 // AuditPolicySpec is the body of a ValidatingAdmissionPolicy, the paramRef and matchResources of its binding,
@@ -79,9 +112,11 @@ type AuditPolicySpec struct {
 	// +listType=atomic
 	// +optional
 	AuditAnnotations []admissionregistrationv1.AuditAnnotation `json:"auditAnnotations,omitempty"`
-	// MatchConditions are the ValidatingAdmissionPolicy's matchConditions.
+	// MatchConditions are the ValidatingAdmissionPolicy's matchConditions. At most 63: the registered policy
+	// adds one of its own that exempts the identities celaudit never denies (the API server allows 64).
 	// +listType=map
 	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=63
 	// +optional
 	MatchConditions []admissionregistrationv1.MatchCondition `json:"matchConditions,omitempty"`
 	// Variables are the ValidatingAdmissionPolicy's variables.
@@ -113,6 +148,11 @@ type AuditPolicySpec struct {
 	// +kubebuilder:validation:XValidation:rule="self in ['Audit', 'Warn', 'Deny']",message="enforcement must be Audit, Warn or Deny"
 	// +optional
 	Enforcement Enforcement `json:"enforcement,omitempty"`
+	// EnforcementOverride, when set, registers the pair for Warn or Deny although celaudit does not judge it
+	// safe (SafeToEnforce is not True for this generation, or a configuration error would make the API server
+	// deny every matched write). Its reason is recorded in the Enforced condition and a Warning Event.
+	// +optional
+	EnforcementOverride *EnforcementOverride `json:"enforcementOverride,omitempty"`
 	// Promotion, when set, moves enforcement forward by itself once the policy has been safe to enforce for a
 	// while. It never moves enforcement backwards.
 	// +optional
@@ -170,6 +210,9 @@ type AuditPolicyStatus struct {
 	// AdmissionPolicy names the ValidatingAdmissionPolicy (and binding) celaudit registers for Warn and Deny.
 	// +optional
 	AdmissionPolicy string `json:"admissionPolicy,omitempty"`
+	// Exemptions are what the registered pair and the audit leave out.
+	// +optional
+	Exemptions *Exemptions `json:"exemptions,omitempty"`
 }
 
 // Condition types of an AuditPolicy.
@@ -180,8 +223,10 @@ const (
 	// ConditionEnforced is True when the ValidatingAdmissionPolicy and binding for Warn or Deny exist and
 	// match the spec, False when they should and do not, and False with reason Audit when none is wanted.
 	ConditionEnforced = "Enforced"
-	// ConditionSafeToEnforce is True when no matched object had a fail, warn or error result at the last
-	// complete audit.
+	// ConditionSafeToEnforce is True when the last complete audit of this generation judged at least one
+	// object and found no fail, warn or error result; Unknown when it judged nothing, could not judge some
+	// covered objects (skips, subresources, unreadable or unaudited resources) or has not completed yet.
+	// Only True lets the policy be registered for Deny or promoted.
 	ConditionSafeToEnforce = "SafeToEnforce"
 )
 
@@ -194,7 +239,7 @@ const (
 // +kubebuilder:printcolumn:name="Errors",type=integer,JSONPath=`.status.error`
 // +kubebuilder:printcolumn:name="SafeToEnforce",type=string,JSONPath=`.status.conditions[?(@.type=="SafeToEnforce")].status`
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
-// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 244",message="the name must be at most 244 characters: the ValidatingAdmissionPolicy celaudit registers for it is named celaudit- followed by it"
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 63",message="the name must be at most 63 characters: it is the value of the label that selects the ValidatingAdmissionPolicy and binding celaudit registers for it"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.paramRef) || has(self.spec.paramKind)",message="spec.paramRef requires spec.paramKind"
 // +kubebuilder:validation:XValidation:rule="size(self.spec.validations) > 0",message="spec.validations must hold at least one validation"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec.promotion) || self.spec.promotion.to == 'Deny' || !has(self.spec.enforcement) || self.spec.enforcement != 'Deny'",message="spec.promotion.to must not come before spec.enforcement"
@@ -210,6 +255,10 @@ type AuditPolicy struct {
 	// +optional
 	Status AuditPolicyStatus `json:"status,omitempty"`
 }
+
+// FinalizerAdmissionPolicy is on an AuditPolicy while celaudit may have a ValidatingAdmissionPolicy and binding
+// registered for it: deleting the AuditPolicy removes them first, even when no garbage collector runs.
+const FinalizerAdmissionPolicy = "audit.celaudit.io/admission-policy"
 
 // EnforcementOrDefault returns the enforcement, Audit when it is not set.
 func (p *AuditPolicy) EnforcementOrDefault() Enforcement {

@@ -1,0 +1,88 @@
+package envtestutil
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// Identity is the ServiceAccount celaudit runs as in an install, with a token for it.
+type Identity struct {
+	// Namespace and Name are the ServiceAccount's.
+	Namespace, Name string
+	// Config authenticates with the ServiceAccount's token only: no client certificate, no admin rights.
+	Config *rest.Config
+}
+
+// Username is the name the API server knows the ServiceAccount by.
+func (i Identity) Username() string {
+	return "system:serviceaccount:" + i.Namespace + ":" + i.Name
+}
+
+// shippedKinds are the kinds of config/default an identity is made of; the Deployment, Service and CRDs are
+// left out (the tests run the operator in-process and install the CRDs themselves).
+var shippedKinds = map[string]bool{
+	"Namespace": true, "ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+}
+
+// ShippedIdentity applies the namespace, ServiceAccount, Roles, ClusterRoles and bindings of
+// `kubectl kustomize config/default` to the control plane and returns a token-authenticated config for the
+// ServiceAccount (TokenRequest API). An operator started with it has exactly the access an install grants.
+func (e *Env) ShippedIdentity(t testing.TB) Identity {
+	t.Helper()
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	out, err := exec.Command(kubectl, "kustomize", filepath.Join(RepoRoot(), "config", "default")).Output()
+	if err != nil {
+		t.Fatalf("kubectl kustomize config/default: %v", err)
+	}
+	objs, err := DecodeYAML(out)
+	if err != nil {
+		t.Fatalf("decoding config/default: %v", err)
+	}
+	ctx := context.Background()
+	var id Identity
+	for _, o := range objs {
+		if !shippedKinds[o.GetKind()] {
+			continue
+		}
+		if o.GetKind() == "ServiceAccount" {
+			id.Namespace, id.Name = o.GetNamespace(), o.GetName()
+		}
+		if err := Apply(ctx, e.Client, o); err != nil {
+			t.Fatalf("applying the shipped RBAC: %v", err)
+		}
+	}
+	if id.Name == "" {
+		t.Fatalf("config/default has no ServiceAccount")
+	}
+	sa := &corev1.ServiceAccount{}
+	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, sa); err != nil {
+		t.Fatalf("getting ServiceAccount: %v", err)
+	}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	if err := e.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
+		t.Fatalf("requesting a token for %s/%s: %v", id.Namespace, id.Name, err)
+	}
+	if tr.Status.Token == "" {
+		t.Fatalf("the TokenRequest for %s/%s returned no token", id.Namespace, id.Name)
+	}
+	id.Config = rest.AnonymousClientConfig(e.Config)
+	id.Config.BearerToken = tr.Status.Token
+	id.Config.QPS, id.Config.Burst = e.Config.QPS, e.Config.Burst
+	if _, err := client.New(id.Config, client.Options{}); err != nil {
+		t.Fatalf("client for %s: %v", id.Username(), err)
+	}
+	return id
+}
+
+// String names the identity in test messages.
+func (i Identity) String() string { return fmt.Sprintf("ServiceAccount %s/%s", i.Namespace, i.Name) }
