@@ -273,7 +273,8 @@ func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name strin
 	return nil
 }
 
-// warn records the Warning Events of an AuditPolicy that does not compile, or whose paramRef finds no param.
+// warn records the Warning Events of an AuditPolicy that does not compile, or whose paramRef finds no param
+// or reads params that are never read.
 func (r *auditPolicyReconciler) warn(ap *v1alpha1.AuditPolicy, key audit.PolicyKey, problems []string) {
 	if len(problems) > 0 {
 		r.Warnings.warn(ap, kindAuditPolicy, "", ReasonCompileFailed, "Compile",
@@ -288,6 +289,7 @@ func (r *auditPolicyReconciler) warn(ap *v1alpha1.AuditPolicy, key audit.PolicyK
 	if reason, note := paramProblem(binding, paramKind(st.paramKinds), st.resolver, r.Policies.Params); reason != "" {
 		r.Warnings.warn(ap, kindAuditPolicy, "", reason, "Bind", note)
 	}
+	r.Warnings.paramsNotRead(ap, kindAuditPolicy, r.Policies.Params, paramKind(st.paramKinds), len(paramRefs([]admissionregistrationv1.ValidatingAdmissionPolicyBinding{*binding})))
 }
 
 // writeStatus writes ap's status when it changed.

@@ -238,6 +238,7 @@ func (w *wiring) newScan() error {
 		Backoff:     w.opts.ReadBackoff,
 		Namespaced:  w.discovery.Namespaced,
 		KindFor:     w.discovery.KindFor,
+		Withheld:    w.opts.withheldResources(),
 		OnReadError: readErrors.ReadError,
 		OnSettled: func() {
 			w.firstAuditDone() // records the first audit's duration
@@ -307,7 +308,7 @@ func (w *wiring) setupVAPs() error {
 		Startup:    w.startup,
 		Warnings:   w.warnings,
 	}
-	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged)
+	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged, w.opts.withheldParams())
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
 		return fmt.Errorf("adding param source: %w", err)
 	}

@@ -53,7 +53,10 @@ type Options struct {
 	// ManageAdmissionPolicies lets celaudit create, update and delete the ValidatingAdmissionPolicies and
 	// bindings of AuditPolicies in Warn and Deny. It needs the admission-policy-manager ClusterRole.
 	ManageAdmissionPolicies bool
-	SkipControllerChecks    bool // tests start several managers in one process
+	// AuditSecrets lets celaudit read Secrets, to audit them and as params. Off, none is ever read: a verdict
+	// on a Secret is one bit of its content, which whoever reads the verdict learns.
+	AuditSecrets         bool
+	SkipControllerChecks bool // tests start several managers in one process
 	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
 	// further failure, up to 5 minutes. Not a flag: tests shorten it.
 	ReadBackoff time.Duration
@@ -131,6 +134,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&o.ReadinessInterval, "readiness-interval", o.ReadinessInterval, "Least time between two computations of each policy's summary (the celaudit_policy_* metrics and the SafeToEnforce Events); changes within it are batched.")
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
 	fs.BoolVar(&o.ManageAdmissionPolicies, "manage-admission-policies", o.ManageAdmissionPolicies, "Register a ValidatingAdmissionPolicy and binding for each AuditPolicy in Warn or Deny (needs the admission-policy-manager ClusterRole). Without it such policies are audited, not enforced.")
+	fs.BoolVar(&o.AuditSecrets, "audit-secrets", o.AuditSecrets, "Audit Secrets and read params of kind Secret. Off, no Secret is read: a policy covering Secrets gets one skip result saying so, and one reading Secret params an error result. On, each verdict on a Secret is one bit of its content, which readers of its namespace's report, and the policy's author through its status, Events and metrics, learn.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
 }
 

@@ -173,6 +173,7 @@ func (r *vapReconciler) register(ctx context.Context, key audit.PolicyKey, polic
 		r.Warnings.bindingsChecked(policy.Name, bindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) (string, string) {
 			return paramProblem(b, paramKind(next.paramKinds), next.resolver, r.Params)
 		})
+		r.Warnings.paramsNotRead(policy, kindVAP, r.Params, paramKind(next.paramKinds), len(paramRefs(bindings)))
 	}
 	// Only discovery changed, and not in a way that changes what the policy decides: results stay valid, only
 	// newly covered resources need reading.

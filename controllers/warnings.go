@@ -29,6 +29,9 @@ const (
 	// ReasonParamsNotFound: a ValidatingAdmissionPolicyBinding's paramRef finds no param object, or its
 	// policy's paramKind is not served.
 	ReasonParamsNotFound = "ParamsNotFound"
+	// ReasonParamsNotRead: a policy's params are of a kind celaudit does not read (Secrets, without
+	// --audit-secrets).
+	ReasonParamsNotRead = "ParamsNotRead"
 )
 
 // Kinds of the objects Warning Events are recorded on, as their state is kept.

@@ -9,7 +9,8 @@ import (
 // readers such as Policy Reporter key results by (policy, rule, resource, status, severity, category,
 // source), and show a blank rule as a missing one.
 const (
-	// RuleRead names the error result of a resource that cannot be read.
+	// RuleRead names the results about a resource as a whole: the error of one that cannot be read, the skip
+	// of one that is never read (Secrets, unless celaudit is asked to audit them).
 	RuleRead = "read"
 	// RuleInternal names the error result of a policy that panicked evaluating an object.
 	RuleInternal = "internal"

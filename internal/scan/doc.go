@@ -5,5 +5,6 @@
 // digest per object (uid, namespace, resourceVersion), so memory stays flat as the cluster grows. A watch that
 // expires (410 Gone) relists and re-evaluates only objects whose resourceVersion moved; objects that vanished
 // meanwhile lose their results. A policy change rescans only that policy's resources, evaluating only the
-// changed policy on objects that did not change.
+// changed policy on objects that did not change. A withheld resource (Secrets, unless celaudit is asked to
+// audit them) has no watcher at all: each policy covering it gets one skip result about the resource.
 package scan

@@ -2,6 +2,7 @@ package scan
 
 import (
 	"context"
+	"fmt"
 	"runtime"
 	"slices"
 	"sync"
@@ -57,6 +58,11 @@ type Options struct {
 	// when the error first occurs and again each time its text changes, not on every retry, and with a nil
 	// error once the resource is readable again.
 	OnReadError func(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error)
+	// Withheld maps resources that are never read to why, a sentence that also says how to have them read. A
+	// policy covering one gets, instead of results about its objects, one skip result about the resource
+	// saying so; no LIST or WATCH of it is ever made. celaudit withholds Secrets unless asked to audit them: a
+	// verdict is one bit about the object it judges, and whoever can read it learns that bit.
+	Withheld map[schema.GroupVersionResource]string
 	// OnSettled, when set, is called when the engine becomes synced (see Engine.Synced): a read ends, or a
 	// watcher stops, and every watcher is then idle. It is called without the engine's locks held, and may be
 	// called more than once for one settling (reads that end together, a watcher woken with nothing to read).
@@ -184,6 +190,12 @@ func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
 		}
 	}
 	for gvr := range want {
+		if reason, withheld := e.opts.Withheld[gvr]; withheld {
+			// Set on every change of the policy, whose category and severity the result carries.
+			msg := fmt.Sprintf("not audited (%s): %s", ResourceString(gvr), reason)
+			e.sink.Set(key, results.ObjectKey{GVR: gvr}, "", []audit.Result{resourceResult(p, gvr, e.kindOf(gvr), audit.Skip, msg)})
+			continue
+		}
 		w := e.watchers[gvr]
 		if w == nil {
 			w = newWatcher(e, gvr)
@@ -251,6 +263,14 @@ func (e *Engine) namespaced(gvr schema.GroupVersionResource) (namespaced, known 
 		return false, false
 	}
 	return e.opts.Namespaced(gvr)
+}
+
+// kindOf is the kind of resource gvr, "" when discovery does not tell.
+func (e *Engine) kindOf(gvr schema.GroupVersionResource) string {
+	if f := e.opts.KindFor; f != nil {
+		return f(gvr).Kind
+	}
+	return ""
 }
 
 // isNamespaces reports whether gvr is the core Namespace resource.

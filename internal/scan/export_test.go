@@ -15,7 +15,8 @@ func PagesHeld(e *Engine) int { return len(e.pages) }
 // SetSleep replaces the wait between retries of e; call it before Start.
 func SetSleep(e *Engine, sleep func(ctx context.Context, d time.Duration)) { e.sleep = sleep }
 
-// ReadErrorResult is the error result of a policy for a resource that cannot be read.
-func ReadErrorResult(p audit.Policy, gvr schema.GroupVersionResource, kind, msg string) audit.Result {
-	return readErrorResult(p, gvr, kind, msg)
+// ResourceResult is the result of a policy about a resource as a whole: one that cannot be read, or is
+// withheld.
+func ResourceResult(p audit.Policy, gvr schema.GroupVersionResource, kind string, verdict audit.Verdict, msg string) audit.Result {
+	return resourceResult(p, gvr, kind, verdict, msg)
 }

@@ -1,7 +1,6 @@
 package scan_test
 
 import (
-	"strings"
 	"testing"
 	"time"
 
@@ -17,10 +16,10 @@ import (
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
-// TestReadErrorResultComplete publishes the error result of a resource that cannot be read, for each kind of
-// policy, and checks that Policy Reporter can file it with the policy's other results: a rule name, the
-// policy's category and severity, and a resource that is not blank (Policy Reporter shows a blank one as an
-// object without kind or name).
+// TestReadErrorResultComplete publishes the results about a resource as a whole (the error of a resource that
+// cannot be read, the skip of a withheld one), for each kind of policy, and checks that Policy Reporter can
+// file them with the policy's other results: a rule name, the policy's category and severity, and a resource
+// that is not blank (Policy Reporter shows a blank one as an object without kind or name).
 func TestReadErrorResultComplete(t *testing.T) {
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	crd := &apiextensionsv1.CustomResourceDefinition{
@@ -49,6 +48,8 @@ func TestReadErrorResultComplete(t *testing.T) {
 		wantRule                   string
 		wantCategory, wantSeverity string
 		wantResource               string // apiVersion/kind
+		verdict                    audit.Verdict
+		message                    string
 	}{{
 		name:         "CRD",
 		policy:       crdrules.Compile(crd, crdrules.Options{Category: "Storage", Severity: audit.SeverityLow}),
@@ -57,6 +58,7 @@ func TestReadErrorResultComplete(t *testing.T) {
 		wantRule:     "read (example.com/v1/widgets)",
 		wantCategory: "Storage", wantSeverity: audit.SeverityLow,
 		wantResource: "example.com/v1/Widget",
+		verdict:      audit.Error, message: "cannot read example.com/v1/widgets: forbidden",
 	}, {
 		name:         "ValidatingAdmissionPolicy, kind unknown",
 		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
@@ -64,6 +66,7 @@ func TestReadErrorResultComplete(t *testing.T) {
 		wantRule:     "read (v1/configmaps)",
 		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
 		wantResource: "v1/",
+		verdict:      audit.Error, message: "cannot read v1/configmaps: forbidden",
 	}, {
 		name:         "policy without category or severity",
 		policy:       &keyPolicy{name: "plain", key: "bad"},
@@ -71,13 +74,23 @@ func TestReadErrorResultComplete(t *testing.T) {
 		kind:         "ConfigMap",
 		wantRule:     "read (v1/configmaps)",
 		wantResource: "v1/ConfigMap",
+		verdict:      audit.Error, message: "cannot read v1/configmaps: forbidden",
+	}, {
+		name:         "withheld Secrets, ValidatingAdmissionPolicy",
+		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
+		gvr:          schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
+		kind:         "Secret",
+		wantRule:     "read (v1/secrets)",
+		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
+		wantResource: "v1/Secret",
+		verdict:      audit.Skip, message: "not audited (v1/secrets): ask for it",
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			res := scan.ReadErrorResult(c.policy, c.gvr, c.kind, "cannot read "+scan.ResourceString(c.gvr)+": forbidden")
+			res := scan.ResourceResult(c.policy, c.gvr, c.kind, c.verdict, c.message)
 			reports := report.BuildCounted([]audit.Result{res}, nil, nil, time.Unix(0, 0), report.Options{})
 			if len(reports.ClusterPolicyReports) != 1 || len(reports.ClusterPolicyReports[0].Results) != 1 {
-				t.Fatalf("want one cluster report listing the error, got %+v", reports)
+				t.Fatalf("want one cluster report listing the result, got %+v", reports)
 			}
 			got := reports.ClusterPolicyReports[0].Results[0]
 			if len(got.Resources) != 1 {
@@ -96,8 +109,8 @@ func TestReadErrorResultComplete(t *testing.T) {
 			if got.Category != c.wantCategory || string(got.Severity) != c.wantSeverity {
 				t.Errorf("category %q, severity %q; want %q, %q", got.Category, got.Severity, c.wantCategory, c.wantSeverity)
 			}
-			if got.Result != "error" || !strings.HasPrefix(got.Message, "cannot read ") {
-				t.Errorf("result %s %q: want the read error", got.Result, got.Message)
+			if string(got.Result) != string(c.verdict) || got.Message != c.message {
+				t.Errorf("result %s %q: want %s %q", got.Result, got.Message, c.verdict, c.message)
 			}
 		})
 	}

@@ -498,7 +498,7 @@ func (w *watcher) setReadError(err error) {
 		keys[i] = p.Key()
 		var res []audit.Result
 		if err != nil {
-			res = []audit.Result{readErrorResult(p, w.gvr, w.kind(), msg)}
+			res = []audit.Result{resourceResult(p, w.gvr, w.engine.kindOf(w.gvr), audit.Error, msg)}
 		}
 		w.engine.live.RLock()
 		if w.engine.covers(p.Key(), w.gvr) {
@@ -517,27 +517,20 @@ func (w *watcher) setReadError(err error) {
 	}
 }
 
-// kind is the kind of the watched resource, "" when discovery does not tell.
-func (w *watcher) kind() string {
-	if f := w.engine.opts.KindFor; f != nil {
-		return f(w.gvr).Kind
-	}
-	return ""
-}
-
-// readErrorResult is the error result of policy p for resource gvr (of the given kind, "" if unknown) that
-// cannot be read, msg saying why. It is complete as the policy's other results are, so that report readers
-// such as Policy Reporter file it with them: the rule "read (<resource>)", distinct for each resource the
-// policy covers, and the policy's category and severity. It is about no object: its resource is the
-// resource's apiVersion and kind, which readers show where they show an object's, rather than a blank one.
-func readErrorResult(p audit.Policy, gvr schema.GroupVersionResource, kind, msg string) audit.Result {
+// resourceResult is the result of policy p about resource gvr (of the given kind, "" if unknown) as a whole,
+// msg saying why: an error for a resource that cannot be read, a skip for one that is withheld (see
+// Options.Withheld). It is complete as the policy's other results are, so that report readers such as Policy
+// Reporter file it with them: the rule "read (<resource>)", distinct for each resource the policy covers, and
+// the policy's category and severity. It is about no object: its resource is the resource's apiVersion and
+// kind, which readers show where they show an object's, rather than a blank one.
+func resourceResult(p audit.Policy, gvr schema.GroupVersionResource, kind string, verdict audit.Verdict, msg string) audit.Result {
 	category, severity := audit.ClassOf(p)
 	return audit.Result{
 		Policy:   p.Key().Name,
 		Rule:     audit.RuleName(audit.RuleRead, ResourceString(gvr)),
 		Category: category,
 		Severity: severity,
-		Verdict:  audit.Error,
+		Verdict:  verdict,
 		Message:  msg,
 		Properties: map[string]string{
 			"resource": ResourceString(gvr),

@@ -35,6 +35,9 @@ type Policy struct {
 
 	// paramConfigErr fails every evaluation that matches, as the apiserver's hook ConfigurationError does.
 	paramConfigErr error
+	// paramsWithheld, when not nil, is why the params of the policy's paramKind are never read (see
+	// ParamWithholder): bindings with a paramRef give it as an error result.
+	paramsWithheld error
 	paramScope     meta.RESTScope
 	params         *paramCache
 }
@@ -105,6 +108,9 @@ func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionP
 	case c.paramKind != nil && deps.Resolver == nil:
 		p.paramConfigErr = fmt.Errorf("failed to find resource referenced by paramKind: '%v'", *c.paramKind)
 	case c.paramKind != nil:
+		if w, ok := deps.Params.(ParamWithholder); ok {
+			p.paramsWithheld = w.ParamsWithheld(*c.paramKind)
+		}
 		res, err := deps.Resolver.ResourceForKind(*c.paramKind)
 		if err != nil {
 			// The apiserver's message (policy_source.go, ensureParamsForPolicyLocked).

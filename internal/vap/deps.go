@@ -26,6 +26,16 @@ type ParamSource interface {
 	List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error)
 }
 
+// ParamWithholder is implemented by a ParamSource that never reads params of some kinds (celaudit reads
+// Secrets only when asked to). A binding whose paramRef would read params of such a kind is not evaluated:
+// each object it matches gets an error result with the reason instead, whatever its parameterNotFoundAction,
+// since neither "found" nor "not found" would be true. Bindings without a paramRef read no params and are
+// evaluated as usual.
+type ParamWithholder interface {
+	// ParamsWithheld returns why params of kind gvk are never read, nil when they are read.
+	ParamsWithheld(gvk schema.GroupVersionKind) error
+}
+
 // APIResource is one served top-level resource.
 type APIResource struct {
 	Resource   schema.GroupVersionResource

@@ -176,6 +176,10 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	}
 	base[audit.PropOperation] = string(op)
 
+	if e.p.paramsWithheld != nil && b.binding.Spec.ParamRef != nil {
+		// Not read, so neither found nor missing: the binding cannot be evaluated, and says why.
+		return []audit.Result{e.result(RuleConfiguration, audit.Error, "params not read: "+e.p.paramsWithheld.Error(), e.errorProps(base))}, false
+	}
 	params, err := generic.CollectParams(c.policy.Spec.ParamKind, paramInformer{source: e.p.deps.Params, gvk: c.paramKindOrZero()},
 		e.p.paramScope, b.binding.Spec.ParamRef, match.attrs.GetNamespace(), nil, nil)
 	if err != nil {

@@ -2,6 +2,7 @@ package vap
 
 import (
 	"encoding/base64"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/celaudit/celaudit/internal/audit"
@@ -367,5 +370,84 @@ func TestWithholdDetails(t *testing.T) {
 				t.Errorf("withholdDetails(%q)\n got %q\nwant %q", c.message, got, c.want)
 			}
 		})
+	}
+}
+
+// withholdingParams serves params, except those of the kinds in withheld, which it never reads: reading
+// one counts in reads.
+type withholdingParams struct {
+	params
+	withheld map[schema.GroupVersionKind]error
+	reads    *int
+}
+
+var _ ParamWithholder = withholdingParams{}
+
+func (p withholdingParams) ParamsWithheld(gvk schema.GroupVersionKind) error { return p.withheld[gvk] }
+
+func (p withholdingParams) Get(gvk schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
+	if p.withheld[gvk] != nil {
+		*p.reads++
+	}
+	return p.params.Get(gvk, namespace, name)
+}
+
+func (p withholdingParams) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
+	if p.withheld[gvk] != nil {
+		*p.reads++
+	}
+	return p.params.List(gvk, namespace, selector)
+}
+
+// Params of a withheld kind are never read: a binding whose paramRef would read them gets an error result
+// saying why, whether the param exists or not and whatever its parameterNotFoundAction, so that a right and a
+// wrong guess of a Secret's value look the same; a binding without a paramRef is evaluated as usual.
+func TestWithheldParamsNeverRead(t *testing.T) {
+	secretGVK := schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+	const guess = "params.data.token.startsWith('cGFyYW0t')" // base64 of "param-", a right guess
+	policy := newPolicy("p", withRules(rule("", "v1", "configmaps")), withParamKind(secretGVK), withValidation("!has(params.data) || !("+guess+")"))
+	reads := 0
+	deps := func(d *Deps) {
+		d.Params = withholdingParams{
+			params: params{secretGVK: {
+				&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "prod", Name: "token"}, Data: map[string][]byte{"token": []byte("param-token")}},
+			}},
+			withheld: map[schema.GroupVersionKind]error{secretGVK: errors.New("ask for it")},
+			reads:    &reads,
+		}
+	}
+	notRead := func(binding string) row {
+		return row{"configuration", audit.Error, "params not read: ask for it",
+			props(audit.PropBinding, binding, audit.PropValidationActions, "Deny", audit.PropOperation, "CREATE", audit.PropFailurePolicy, "Fail")}
+	}
+	cm := newObject("v1", "ConfigMap", "prod", "c")
+	allow := admissionregistrationv1.AllowAction
+	runCases(t, []evalCase{{
+		name:     "the param exists",
+		policy:   policy,
+		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("token"), paramRefNamespace("prod")))},
+		deps:     deps, gvr: configMapsGVR, obj: cm,
+		want: []row{notRead("b")},
+	}, {
+		name:     "the param does not exist, parameterNotFoundAction Allow",
+		policy:   policy,
+		bindings: bindings{newBinding("b", "p", paramRef(paramRefName("absent"), paramRefNamespace("prod"), notFound(allow)))},
+		deps:     deps, gvr: configMapsGVR, obj: cm,
+		want: []row{notRead("b")},
+	}, {
+		name:     "by selector",
+		policy:   policy,
+		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"a": "b"})))},
+		deps:     deps, gvr: configMapsGVR, obj: cm,
+		want: []row{notRead("b")},
+	}, {
+		name:     "a binding without paramRef reads no params",
+		policy:   policy,
+		bindings: bindings{newBinding("b", "p")},
+		deps:     deps, gvr: configMapsGVR, obj: cm,
+		want: []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps()}},
+	}})
+	if reads != 0 {
+		t.Errorf("%d reads of withheld params", reads)
 	}
 }

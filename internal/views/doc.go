@@ -3,7 +3,8 @@
 // param objects (vap.ParamSource). Each comes in three implementations, one per way celaudit sees a cluster:
 //
 //   - Informer-backed, for the operator, which follows the cluster: Discovery (refreshed by a Refresher),
-//     Params (informers on exactly the param objects bindings reference) and InformerNamespaces.
+//     Params (informers on exactly the param objects bindings reference, never on a withheld kind such as
+//     Secret) and InformerNamespaces.
 //   - Live, for one run against a cluster (the what-if command): LiveResources reads discovery once;
 //     LiveParams and LiveNamespaces read on demand with GET and paginated LIST, each at most once per run.
 //   - From files, for the offline check of manifests: FileResources (the built-in API resources of

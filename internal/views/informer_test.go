@@ -2,6 +2,7 @@ package views_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
@@ -25,11 +27,18 @@ import (
 // startParams returns a running Params over the test control plane, whose changes go to changed.
 func startParams(t *testing.T, resources *views.Discovery, changed func(schema.GroupVersionKind, ...metav1.Object)) *views.Params {
 	t.Helper()
-	dyn, err := dynamic.NewForConfig(testEnv(t).Config)
+	return startParamsWith(t, testEnv(t).Config, resources, changed, nil)
+}
+
+// startParamsWith returns a running Params reading through cfg, which never reads the kinds in withheld.
+func startParamsWith(t *testing.T, cfg *rest.Config, resources *views.Discovery, changed func(schema.GroupVersionKind, ...metav1.Object),
+	withheld map[schema.GroupVersionKind]error) *views.Params {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	params := views.NewParams(dyn, func() vap.ResourceResolver { return resources.Snapshot() }, changed)
+	params := views.NewParams(dyn, func() vap.ResourceResolver { return resources.Snapshot() }, changed, withheld)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- params.Start(ctx) }()
@@ -164,6 +173,59 @@ func TestParams(t *testing.T) {
 			t.Errorf("List = %q, want nothing", got)
 		}
 	})
+}
+
+// TestParamsWithheld shows that params of a withheld kind are never read, whatever policies ask for: Get and
+// List answer with the reason, and no request for them reaches the API server, while other kinds are served.
+func TestParamsWithheld(t *testing.T) {
+	e := testEnv(t)
+	ctx := context.Background()
+	const ns = "withheld-params"
+	secretKind := schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+	if err := envtestutil.Apply(ctx, e.Client,
+		newNamespace(ns),
+		newObject(secretKind, ns, "token", withField("data.token", "cGFyYW0tdG9rZW4=")),
+		newConfigMap(ns, "limits"),
+	); err != nil {
+		t.Fatal(err)
+	}
+	reason := errors.New("ask for it")
+	counter := &envtestutil.RequestCounter{}
+	params := startParamsWith(t, counter.Wrap(e.Config), refreshedDiscovery(t), func(schema.GroupVersionKind, ...metav1.Object) {},
+		map[schema.GroupVersionKind]error{secretKind: reason})
+	if err := params.Track(ctx, audit.VAPKey("secret-params"), &secretKind, []*admissionregistrationv1.ParamRef{
+		{Namespace: ns, Name: "token"},
+		{Selector: &metav1.LabelSelector{}},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := params.Track(ctx, audit.VAPKey("config-params"), &configMapKind, []*admissionregistrationv1.ParamRef{{Namespace: ns, Name: "limits"}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := params.ParamsWithheld(secretKind); !errors.Is(err, reason) {
+		t.Errorf("ParamsWithheld(Secret) = %v, want %v", err, reason)
+	}
+	if err := params.ParamsWithheld(configMapKind); err != nil {
+		t.Errorf("ParamsWithheld(ConfigMap) = %v, want nil", err)
+	}
+	if o, err := params.Get(secretKind, ns, "token"); o != nil || !errors.Is(err, reason) {
+		t.Errorf("Get of the Secret = %v, %v; want the reason", o, err)
+	}
+	if objs, err := params.List(secretKind, "", nil); len(objs) != 0 || !errors.Is(err, reason) {
+		t.Errorf("List of Secrets = %v, %v; want the reason", objs, err)
+	}
+	if o, err := params.Get(configMapKind, ns, "limits"); keys(objectList(o), err) != ns+"/limits" {
+		t.Errorf("Get of the ConfigMap = %v, %v", o, err)
+	}
+	for _, verb := range []string{"get", "list", "watch"} {
+		if n := counter.Get(verb, "secrets"); n != 0 {
+			t.Errorf("%d %s requests of secrets", n, verb)
+		}
+	}
+	// Informers read with a LIST, or a WATCH that starts with every object (streaming lists).
+	if counter.Get("list", "configmaps")+counter.Get("watch", "configmaps") == 0 {
+		t.Error("no read of configmaps: the count is not working")
+	}
 }
 
 // TestDiscovery shows that Refresh tells subscribers when the served resources change, and only then.

@@ -46,6 +46,8 @@ type Params struct {
 	client   dynamic.Interface
 	resolver func() vap.ResourceResolver
 	onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)
+	// withheld holds the param kinds never read, and why; never modified.
+	withheld map[schema.GroupVersionKind]error
 
 	started   chan struct{} // closed once Start has recorded ctx
 	mu        sync.RWMutex
@@ -54,15 +56,22 @@ type Params struct {
 	byPolicy  map[audit.PolicyKey][]paramQuery
 }
 
-var _ vap.ParamSource = &Params{}
+var (
+	_ vap.ParamSource     = &Params{}
+	_ vap.ParamWithholder = &Params{}
+)
 
 // NewParams returns a param source reading through client; resolver maps param kinds to resources;
 // onChange is called after a param object is added, changed (with its old and new versions) or deleted.
-func NewParams(client dynamic.Interface, resolver func() vap.ResourceResolver, onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)) *Params {
+// Params of the kinds in withheld are never read, not even listed: the policies reading them get the error
+// held for their kind instead (see vap.ParamWithholder).
+func NewParams(client dynamic.Interface, resolver func() vap.ResourceResolver, onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object),
+	withheld map[schema.GroupVersionKind]error) *Params {
 	return &Params{
 		client:    client,
 		resolver:  resolver,
 		onChange:  onChange,
+		withheld:  withheld,
 		started:   make(chan struct{}),
 		informers: map[paramQuery]*paramInformer{},
 		byPolicy:  map[audit.PolicyKey][]paramQuery{},
@@ -95,7 +104,7 @@ func (p *Params) Track(ctx context.Context, policy audit.PolicyKey, gvk *schema.
 		return ctx.Err()
 	}
 	var want []paramQuery
-	if gvk != nil {
+	if gvk != nil && p.withheld[*gvk] == nil {
 		res, err := p.resolver().ResourceForKind(*gvk)
 		if err != nil {
 			want = nil // not installed: the policy reports it; discovery binds it again once it is
@@ -235,8 +244,14 @@ func stripManagedFields(o any) (any, error) {
 	return o, nil
 }
 
+// ParamsWithheld implements vap.ParamWithholder.
+func (p *Params) ParamsWithheld(gvk schema.GroupVersionKind) error { return p.withheld[gvk] }
+
 // Get implements vap.ParamSource.
 func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
+	if err := p.withheld[gvk]; err != nil {
+		return nil, err
+	}
 	key := name
 	if namespace != "" {
 		key = namespace + "/" + name
@@ -256,6 +271,9 @@ func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runti
 
 // List implements vap.ParamSource.
 func (p *Params) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
+	if err := p.withheld[gvk]; err != nil {
+		return nil, err
+	}
 	if selector == nil {
 		selector = labels.Everything()
 	}

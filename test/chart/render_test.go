@@ -399,6 +399,23 @@ reports:
 	}
 }
 
+// Secrets are audited only when audit.secrets asks for it: the flag is passed then and only then.
+func TestAuditSecrets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"--set", "audit.secrets=false"}, nil},
+		{[]string{"--set", "audit.secrets=true"}, []string{"--audit-secrets"}},
+	} {
+		if got := flag(render(t, tc.args...).args(t), "audit-secrets"); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: --audit-secrets args %v; want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
 func TestDeploymentSettings(t *testing.T) {
 	t.Parallel()
 	d := render(t, "--set", "image.repository=registry.example.com/celaudit,image.tag=v1.2.3,image.pullPolicy=Always",

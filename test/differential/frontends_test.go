@@ -60,6 +60,7 @@ func TestFrontendsAgree(t *testing.T) {
 
 	opts := envtestutil.TestOptions()
 	opts.ReportVerdicts = "pass,fail,warn,error,skip" // passes kept whole, to compare them too
+	opts.AuditSecrets = true                          // the other front ends judge the Secret too
 	op, _ := envtestutil.StartOperator(t, env.Config, opts)
 	envtestutil.WaitSettled(t, op)
 	envtestutil.Eventually(t, 30*time.Second, func() error {
