@@ -63,9 +63,12 @@ type auditPolicyReconciler struct {
 	// Manage allows registering ValidatingAdmissionPolicies and bindings with the API server for Warn and
 	// Deny (--manage-admission-policies). Without it the policy is audited as if enforced, and its Enforced
 	// condition says that nothing is registered.
-	Manage  bool
-	Startup *startupGate
-	Clock   clock.PassiveClock
+	Manage bool
+	// Exemptions are left out of every pair: the audit leaves out their namespaces and resources, and the
+	// registered pair their users and groups too.
+	Exemptions auditpolicy.Exemptions
+	Startup    *startupGate
+	Clock      clock.PassiveClock
 
 	// Discovery changes bind every AuditPolicy again.
 	Discovery *views.Discovery
@@ -130,7 +133,7 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 // status is made of.
 func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPolicy) (ctrl.Result, auditPolicyObservation, error) {
 	key := audit.AuditPolicyKey(ap.Name)
-	pair := auditpolicy.ToAdmission(ap)
+	pair := auditpolicy.ToAdmission(ap, r.Exemptions)
 	before := r.Policies.lookup(key)
 	result, compiled, err := r.Policies.register(ctx, key, pair.Policy, []admissionregistrationv1.ValidatingAdmissionPolicyBinding{*pair.Binding}, true)
 	if err != nil {
@@ -142,7 +145,7 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		r.markRegistered(ap.Name, r.Clock.Now())
 		r.Recheck()
 	}
-	o := auditPolicyObservation{problems: compiled.Problems()}
+	o := auditPolicyObservation{problems: compiled.Problems(), exemptions: r.Exemptions.List()}
 	r.warn(ap, key, o.problems)
 	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0); err != nil {
 		return result, o, err
@@ -190,7 +193,7 @@ func (r *auditPolicyReconciler) enforce(ctx context.Context, ap *v1alpha1.AuditP
 		cond.Message = fmt.Sprintf("the policy does not compile, so it is not registered as %s; a ValidatingAdmissionPolicy %s registered earlier is left as it was", name, name)
 		return cond, "", nil
 	}
-	want := auditpolicy.Owned(ap)
+	want := auditpolicy.Owned(ap, r.Exemptions)
 	if taken, err := r.apply(ctx, want.Policy, &admissionregistrationv1.ValidatingAdmissionPolicy{}, ap.Name); err != nil || taken {
 		return registerFailure(cond, "ValidatingAdmissionPolicy", name, taken, err), "", nil
 	}
@@ -285,7 +288,7 @@ func (r *auditPolicyReconciler) warn(ap *v1alpha1.AuditPolicy, key audit.PolicyK
 	if st == nil || st.rejected {
 		return
 	}
-	binding := auditpolicy.ToAdmission(ap).Binding
+	binding := auditpolicy.ToAdmission(ap, r.Exemptions).Binding
 	if reason, note := paramProblem(binding, paramKind(st.paramKinds), st.resolver, r.Policies.Params); reason != "" {
 		r.Warnings.warn(ap, kindAuditPolicy, "", reason, "Bind", note)
 	}

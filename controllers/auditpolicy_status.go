@@ -42,6 +42,8 @@ type auditPolicyObservation struct {
 	at       time.Time
 	// admissionPolicy names the ValidatingAdmissionPolicy registered for it, "" when none.
 	admissionPolicy string
+	// exemptions are what the audit and the registered pair leave out.
+	exemptions v1alpha1.Exemptions
 }
 
 // desiredStatus returns ap's status for what was observed at now. Conditions keep their transition time
@@ -51,6 +53,7 @@ func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.
 	st := *ap.Status.DeepCopy()
 	st.ObservedGeneration = ap.Generation
 	st.AdmissionPolicy = o.admissionPolicy
+	st.Exemptions = o.exemptions.DeepCopy()
 	set := func(c metav1.Condition) {
 		c.ObservedGeneration = ap.Generation
 		c.LastTransitionTime = metav1.NewTime(now)

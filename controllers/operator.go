@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"slices"
@@ -11,6 +12,7 @@ import (
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/labels"
@@ -33,6 +35,7 @@ import (
 	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/results"
@@ -51,6 +54,9 @@ func Scheme() *k8sruntime.Scheme {
 	utilruntime.Must(auditv1alpha1.AddToScheme(s))
 	return s
 }
+
+// selfReviewTimeout bounds the SelfSubjectReview by which celaudit learns its own identity at start.
+const selfReviewTimeout = 30 * time.Second
 
 // Operator is a wired celaudit: run it with Start.
 type Operator struct {
@@ -77,6 +83,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		w.newScan,            // discovery, and the engine that reads audited resources and evaluates their objects
 		w.setupCRDs,          // one compiled policy per audited CRD
 		w.setupVAPs,          // one bound policy per ValidatingAdmissionPolicy, its params and bindings
+		w.learnExemptions,    // who celaudit is, and what no pair it registers may deny
 		w.setupAuditPolicies, // one bound policy per AuditPolicy, and its admission policy in Warn and Deny
 		w.setupNamespaces,    // rescans within a namespace whose labels changed
 		w.setupReports,       // the reports, in each API --report-api selects, written when the results change
@@ -125,6 +132,8 @@ type wiring struct {
 	audited    atomic.Bool // the first audit is done
 	// auditPolicies says whether the AuditPolicy CRD is installed.
 	auditPolicies bool
+	// exemptions are what every AuditPolicy's audit and registered pair leave out.
+	exemptions auditpolicy.Exemptions
 	// reportAPIs are the APIs reports are written in (--report-api).
 	reportAPIs []reportAPI
 }
@@ -323,21 +332,53 @@ func (w *wiring) setupAuditPolicies() error {
 		return nil
 	}
 	r := &auditPolicyReconciler{
-		Client:    w.mgr.GetClient(),
-		Policies:  w.vaps,
-		Summaries: w.readiness,
-		Recheck:   w.readiness.Changed,
-		Events:    w.events,
-		Warnings:  w.warnings,
-		Manage:    w.opts.ManageAdmissionPolicies,
-		Startup:   w.startup,
-		Discovery: w.discovery,
+		Client:     w.mgr.GetClient(),
+		Policies:   w.vaps,
+		Summaries:  w.readiness,
+		Recheck:    w.readiness.Changed,
+		Events:     w.events,
+		Warnings:   w.warnings,
+		Manage:     w.opts.ManageAdmissionPolicies,
+		Exemptions: w.exemptions,
+		Startup:    w.startup,
+		Discovery:  w.discovery,
 	}
 	w.readiness.OnChange(r.summariesChanged)
 	w.readiness.OnAudit(r.auditCompleted)
 	if err := r.SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers)); err != nil {
 		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
 	}
+	return nil
+}
+
+// learnExemptions asks the API server who celaudit is (a SelfSubjectReview, which every authenticated user
+// may create) and makes the exemptions of every AuditPolicy: the built-in ones, celaudit's own username and,
+// for a ServiceAccount, its namespace, and the --exempt-* flags. Without its own identity an enforced
+// AuditPolicy could deny celaudit's own writes, so start fails when the review does.
+func (w *wiring) learnExemptions() error {
+	extra, err := w.opts.exemptions()
+	if err != nil {
+		return err
+	}
+	if !w.auditPolicies {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), selfReviewTimeout)
+	defer cancel()
+	review := &authenticationv1.SelfSubjectReview{}
+	if err := w.mgr.GetClient().Create(ctx, review); err != nil {
+		return fmt.Errorf("learning celaudit's own identity with a SelfSubjectReview (authentication.k8s.io/v1), "+
+			"which the exemptions of every registered admission policy need: %w", err)
+	}
+	username := review.Status.UserInfo.Username
+	if username == "" {
+		return fmt.Errorf("learning celaudit's own identity: the SelfSubjectReview names no user")
+	}
+	self := auditpolicy.IdentityOf(username)
+	if w.exemptions, err = auditpolicy.NewExemptions(self, extra); err != nil {
+		return err
+	}
+	w.log.Info("Exempting celaudit's own identity from every registered admission policy", "user", self.Username, "namespace", self.Namespace)
 	return nil
 }
 

@@ -14,8 +14,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/report"
 )
 
@@ -55,8 +57,11 @@ type Options struct {
 	ManageAdmissionPolicies bool
 	// AuditSecrets lets celaudit read Secrets, to audit them and as params. Off, none is ever read: a verdict
 	// on a Secret is one bit of its content, which whoever reads the verdict learns.
-	AuditSecrets         bool
-	SkipControllerChecks bool // tests start several managers in one process
+	AuditSecrets bool
+	// ExemptNamespaces, ExemptResources (group/resource), ExemptUsers and ExemptGroups are comma-separated
+	// exemptions added to the built-in ones: no AuditPolicy's registered pair judges them.
+	ExemptNamespaces, ExemptResources, ExemptUsers, ExemptGroups string
+	SkipControllerChecks                                         bool // tests start several managers in one process
 	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
 	// further failure, up to 5 minutes. Not a flag: tests shorten it.
 	ReadBackoff time.Duration
@@ -136,6 +141,41 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.ManageAdmissionPolicies, "manage-admission-policies", o.ManageAdmissionPolicies, "Register a ValidatingAdmissionPolicy and binding for each AuditPolicy in Warn or Deny (needs the admission-policy-manager ClusterRole). Without it such policies are audited, not enforced.")
 	fs.BoolVar(&o.AuditSecrets, "audit-secrets", o.AuditSecrets, "Audit Secrets and read params of kind Secret. Off, no Secret is read: a policy covering Secrets gets one skip result saying so, and one reading Secret params an error result. On, each verdict on a Secret is one bit of its content, which readers of its namespace's report, and the policy's author through its status, Events and metrics, learn.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
+	fs.StringVar(&o.ExemptNamespaces, "exempt-namespaces", o.ExemptNamespaces, "Comma-separated namespaces no AuditPolicy's admission policy judges, added to the built-in ones (kube-system, kube-node-lease, celaudit's own).")
+	fs.StringVar(&o.ExemptResources, "exempt-resources", o.ExemptResources, "Comma-separated group/resource pairs (\"/configmaps\" for the core group, \"example.com/*\" for a whole group) no AuditPolicy's admission policy judges, subresources included, added to the built-in ones.")
+	fs.StringVar(&o.ExemptUsers, "exempt-users", o.ExemptUsers, "Comma-separated usernames whose requests no AuditPolicy's admission policy judges, added to the built-in ones (the control plane's and celaudit's own).")
+	fs.StringVar(&o.ExemptGroups, "exempt-groups", o.ExemptGroups, "Comma-separated groups whose members' requests no AuditPolicy's admission policy judges, added to the built-in ones (system:nodes, system:serviceaccounts:kube-system).")
+}
+
+// exemptions returns the exemptions the --exempt-* flags add to the built-in ones. An entry that names no
+// namespace, resource, user or group is an error naming its flag.
+func (o Options) exemptions() (v1alpha1.Exemptions, error) {
+	var e v1alpha1.Exemptions
+	for _, f := range []struct {
+		flag, value string
+		into        *[]string
+		check       func(string) error
+	}{
+		{"exempt-namespaces", o.ExemptNamespaces, &e.Namespaces, auditpolicy.CheckNamespace},
+		{"exempt-resources", o.ExemptResources, &e.Resources, func(s string) error { _, err := auditpolicy.ParseResource(s); return err }},
+		{"exempt-users", o.ExemptUsers, &e.Users, func(s string) error { return auditpolicy.CheckIdentity("user", s) }},
+		{"exempt-groups", o.ExemptGroups, &e.Groups, func(s string) error { return auditpolicy.CheckIdentity("group", s) }},
+	} {
+		if strings.TrimSpace(f.value) == "" {
+			continue
+		}
+		for i, entry := range strings.Split(f.value, ",") {
+			entry = strings.TrimSpace(entry)
+			if entry == "" {
+				return v1alpha1.Exemptions{}, fmt.Errorf("--%s=%q: entry %d is empty", f.flag, f.value, i+1)
+			}
+			if err := f.check(entry); err != nil {
+				return v1alpha1.Exemptions{}, fmt.Errorf("--%s: %w", f.flag, err)
+			}
+			*f.into = append(*f.into, entry)
+		}
+	}
+	return e, nil
 }
 
 // excludedGroups returns the API groups whose CRDs are not audited.

@@ -42,11 +42,20 @@ type Admission struct {
 	Binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 }
 
-// ToAdmission returns the pair ap stands for, with the validationActions of its enforcement. The objects carry
-// the name, labels and annotations celaudit registers them with, and ap's uid and generation so that their
-// compilation is cached like a policy's; Owned strips what the API server sets before they are written.
-// Nothing of ap is shared with the result.
-func ToAdmission(ap *v1alpha1.AuditPolicy) Admission {
+// ToAdmission returns the pair ap stands for, as celaudit audits it: with the validationActions of its
+// enforcement, and leaving out the namespaces and resources exempt from every pair celaudit registers, so
+// that the audit counts what enforcing it would judge. The objects carry the name, labels and annotations
+// celaudit registers them with, and ap's uid and generation so that their compilation is cached like a
+// policy's; Owned strips what the API server sets before they are written. Nothing of ap is shared with the
+// result.
+func ToAdmission(ap *v1alpha1.AuditPolicy, ex Exemptions) Admission {
+	a := toAdmission(ap)
+	ex.apply(a, false)
+	return a
+}
+
+// toAdmission is the pair ap stands for as written, without the exemptions.
+func toAdmission(ap *v1alpha1.AuditPolicy) Admission {
 	name := AdmissionName(ap.Name)
 	spec := ap.Spec.DeepCopy()
 	labels := map[string]string{LabelAuditPolicy: ap.Name, report.ManagedByLabel: report.ManagedByValue}
@@ -103,10 +112,12 @@ func ToAdmission(ap *v1alpha1.AuditPolicy) Admission {
 	}
 }
 
-// Owned returns the pair celaudit registers with the API server for ap: ToAdmission's, owned by ap (so that
-// the garbage collector removes it with ap) and without the uid and generation the API server assigns.
-func Owned(ap *v1alpha1.AuditPolicy) Admission {
-	a := ToAdmission(ap)
+// Owned returns the pair celaudit registers with the API server for ap: ToAdmission's, whose policy also
+// leaves out the requests of the exempt users and groups (a matchCondition), owned by ap (so that the
+// garbage collector removes it with ap) and without the uid and generation the API server assigns.
+func Owned(ap *v1alpha1.AuditPolicy, ex Exemptions) Admission {
+	a := toAdmission(ap)
+	ex.apply(a, true)
 	owner := metav1.OwnerReference{
 		APIVersion: v1alpha1.GroupVersion.String(),
 		Kind:       "AuditPolicy",
@@ -122,7 +133,8 @@ func Owned(ap *v1alpha1.AuditPolicy) Admission {
 }
 
 // FromAdmission returns the AuditPolicy named name that stands for policy and binding (the binding may be
-// nil) with enforcement e: the reverse of ToAdmission. Category, severity and description come from the
+// nil) with enforcement e: the reverse of ToAdmission for a pair without exemptions (those of a pair celaudit
+// registered would become part of the AuditPolicy's own matchResources and matchConditions). Category, severity and description come from the
 // policy's annotations.
 func FromAdmission(name string, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
 	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding, e v1alpha1.Enforcement) *v1alpha1.AuditPolicy {

@@ -45,7 +45,7 @@ func fullPolicy(opts ...func(*v1alpha1.AuditPolicy)) *v1alpha1.AuditPolicy {
 
 func TestToAdmission(t *testing.T) {
 	ap := fullPolicy()
-	a := ToAdmission(ap)
+	a := ToAdmission(ap, Exemptions{})
 	if a.Policy.Name != "celaudit-replicas" || a.Binding.Name != "celaudit-replicas" || a.Binding.Spec.PolicyName != "celaudit-replicas" {
 		t.Errorf("names: policy %q binding %q policyName %q", a.Policy.Name, a.Binding.Name, a.Binding.Spec.PolicyName)
 	}
@@ -86,7 +86,7 @@ func TestActions(t *testing.T) {
 		{v1alpha1.Deny, admissionregistrationv1.Deny},
 	} {
 		ap := fullPolicy(func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = tc.enforcement })
-		got := ToAdmission(ap).Binding.Spec.ValidationActions
+		got := ToAdmission(ap, Exemptions{}).Binding.Spec.ValidationActions
 		if len(got) != 1 || got[0] != tc.want {
 			t.Errorf("%q: actions %v, want [%s]", tc.enforcement, got, tc.want)
 		}
@@ -103,7 +103,7 @@ func TestRoundTrip(t *testing.T) {
 				ap.Spec.Enforcement = e
 				ap.Spec.ExpandPodTemplates = expand
 			})
-			a := ToAdmission(ap)
+			a := toAdmission(ap)
 			back := FromAdmission(ap.Name, a.Policy, a.Binding, EnforcementOf(a.Binding.Spec.ValidationActions))
 			if !equality.Semantic.DeepEqual(back.Spec, ap.Spec) {
 				t.Errorf("%s expand=%v: round trip changed the spec:\n got %+v\nwant %+v", e, expand, back.Spec, ap.Spec)
@@ -113,7 +113,7 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestOwned(t *testing.T) {
-	a := Owned(fullPolicy())
+	a := Owned(fullPolicy(), Exemptions{})
 	for _, m := range []metav1.ObjectMeta{a.Policy.ObjectMeta, a.Binding.ObjectMeta} {
 		if m.UID != "" || m.Generation != 0 {
 			t.Errorf("%s keeps uid %q generation %d", m.Name, m.UID, m.Generation)

@@ -44,6 +44,13 @@ ValidatingAdmissionPolicyBinding that celaudit registers for it in Warn or Deny 
 the validationActions of its enforcement: [Audit] for an AuditPolicy still in Audit), ready to commit to a
 GitOps repository in its place.
 
+The pair carries the exemptions celaudit adds to every pair it registers: the binding leaves out the exempt
+namespaces (a namespaceSelector) and resources (excludeResourceRules), and the policy the requests of the
+exempt users and groups (the matchCondition audit.celaudit.io/exempt-identities). For an AuditPolicy read
+from the cluster they are those its status shows, so that the pair printed is the pair registered. With -f
+they are the built-in ones: celaudit's own namespace and identity, and the cluster's --exempt-* settings,
+are then not known; export the AuditPolicy from the cluster to get them.
+
 The exported pair is standalone: it has no owner reference and none of the labels by which celaudit
 recognizes the pairs it manages, so celaudit audits it as any other ValidatingAdmissionPolicy once it is
 applied. Delete the AuditPolicy when the pair is applied, or both are enforced.
@@ -60,17 +67,25 @@ AuditPolicies are read from the cluster, or with -f from manifest files (no clus
 				aps []*v1alpha1.AuditPolicy
 				err error
 			)
-			if len(files) > 0 {
-				aps, err = auditPoliciesFromFiles(manifests.Reader{Stdin: streams.In}, files, names)
-			} else {
+			fromCluster := len(files) == 0
+			if fromCluster {
 				aps, err = auditPoliciesFromCluster(cmd, flags, names)
+			} else {
+				aps, err = auditPoliciesFromFiles(manifests.Reader{Stdin: streams.In}, files, names)
 			}
 			if err != nil {
 				return err
 			}
 			var objs []runtime.Object
 			for _, ap := range aps {
-				pair := Exported(ap)
+				// The zero value holds the built-in exemptions, all that a file tells.
+				var ex auditpolicy.Exemptions
+				if fromCluster {
+					if ex, err = statusExemptions(ap); err != nil {
+						return err
+					}
+				}
+				pair := Exported(ap, ex)
 				objs = append(objs, pair.Policy, pair.Binding)
 			}
 			return printObjects(streams.Out, output, objs)
@@ -81,11 +96,11 @@ AuditPolicies are read from the cluster, or with -f from manifest files (no clus
 	return cmd
 }
 
-// Exported returns the pair ap's enforcement registers, without what ties it to ap or to celaudit's
-// management: no owner reference, uid or generation, and none of the labels celaudit recognizes its own
-// pairs by (a pair labelled as an AuditPolicy's is not audited as a policy of its own).
-func Exported(ap *v1alpha1.AuditPolicy) auditpolicy.Admission {
-	a := auditpolicy.ToAdmission(ap)
+// Exported returns the pair ap's enforcement registers, with the exemptions ex, without what ties it to ap or
+// to celaudit's management: no owner reference, uid or generation, and none of the labels celaudit
+// recognizes its own pairs by (a pair labelled as an AuditPolicy's is not audited as a policy of its own).
+func Exported(ap *v1alpha1.AuditPolicy, ex auditpolicy.Exemptions) auditpolicy.Admission {
+	a := auditpolicy.Owned(ap, ex)
 	for _, m := range []*metav1.ObjectMeta{&a.Policy.ObjectMeta, &a.Binding.ObjectMeta} {
 		m.UID, m.Generation, m.OwnerReferences = "", 0, nil
 		delete(m.Labels, auditpolicy.LabelAuditPolicy)
@@ -98,6 +113,25 @@ func Exported(ap *v1alpha1.AuditPolicy) auditpolicy.Admission {
 		}
 	}
 	return a
+}
+
+// statusExemptions returns the exemptions the AuditPolicies' status shows, which the pairs registered for
+// them carry, with the built-in ones (a status not written yet shows none).
+func statusExemptions(aps ...*v1alpha1.AuditPolicy) (auditpolicy.Exemptions, error) {
+	var shown v1alpha1.Exemptions
+	for _, ap := range aps {
+		if e := ap.Status.Exemptions; e != nil {
+			shown.Namespaces = append(shown.Namespaces, e.Namespaces...)
+			shown.Resources = append(shown.Resources, e.Resources...)
+			shown.Users = append(shown.Users, e.Users...)
+			shown.Groups = append(shown.Groups, e.Groups...)
+		}
+	}
+	ex, err := auditpolicy.NewExemptions(auditpolicy.Identity{}, shown)
+	if err != nil {
+		return ex, ClusterError("the exemptions in the status of the AuditPolicies: %w", err)
+	}
+	return ex, nil
 }
 
 func auditPoliciesFromCluster(cmd *cobra.Command, flags *genericclioptions.ConfigFlags, names []string) ([]*v1alpha1.AuditPolicy, error) {

@@ -154,7 +154,12 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 	if err := proposal.ValidateCRDs(ctx, live.CRDs); err != nil {
 		return whatifInputError(err)
 	}
-	pairs, err := whatif.Plan(engine.Compiler{}, live, proposal, sw)
+	// AuditPolicies are judged with the exemptions celaudit shows in their status, as it audits them.
+	exemptions, err := statusExemptions(live.AuditPolicies...)
+	if err != nil {
+		return err
+	}
+	pairs, err := whatif.Plan(engine.Compiler{Exemptions: exemptions}, live, proposal, sw)
 	if err != nil {
 		return whatifInputError(err)
 	}

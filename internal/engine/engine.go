@@ -27,10 +27,12 @@ type Views struct {
 }
 
 // Compiler compiles policy objects into audit policies. Its zero value compiles as the kube-apiserver
-// linked into celaudit does.
+// linked into celaudit does, and AuditPolicies with the built-in exemptions.
 type Compiler struct {
 	CRDOptions crdrules.Options
 	VAPOptions vap.Options
+	// Exemptions are left out of every AuditPolicy, as of the pair celaudit registers for it.
+	Exemptions auditpolicy.Exemptions
 }
 
 // CRD compiles the validation of a CustomResourceDefinition: every served version's schema and rules.
@@ -51,9 +53,10 @@ func (c Compiler) VAPAs(key audit.PolicyKey, policy *admissionregistrationv1.Val
 
 // AuditPolicy compiles an AuditPolicy as the ValidatingAdmissionPolicy it stands for, whose results carry the
 // AuditPolicy's key and name, and returns it with the binding to Bind it to. In Audit its binding's
-// validationActions are [Audit] (violations are warn results), in Warn [Warn] and in Deny [Deny] (fail).
+// validationActions are [Audit] (violations are warn results), in Warn [Warn] and in Deny [Deny] (fail). The
+// binding leaves out c.Exemptions' namespaces and resources.
 func (c Compiler) AuditPolicy(ap *v1alpha1.AuditPolicy) (*vap.Compiled, *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
-	a := auditpolicy.ToAdmission(ap)
+	a := auditpolicy.ToAdmission(ap, c.Exemptions)
 	return c.VAPAs(audit.AuditPolicyKey(ap.Name), a.Policy), a.Binding
 }
 

@@ -142,7 +142,7 @@ func Plan(c engine.Compiler, live Live, p *Proposal, sw *Switch) ([]*Pair, error
 	for _, name := range slices.Sorted(maps.Keys(proposedAPs)) {
 		proposed := proposedAPs[name]
 		compiled, binding := c.AuditPolicy(proposed)
-		a := auditpolicy.ToAdmission(proposed)
+		a := auditpolicy.ToAdmission(proposed, c.Exemptions)
 		pair := &Pair{
 			Key:      audit.AuditPolicyKey(name),
 			Proposed: engine.Bind(compiled, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding}, proposedViews),

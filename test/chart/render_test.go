@@ -336,6 +336,39 @@ func TestAdmissionPolicies(t *testing.T) {
 	}
 }
 
+func TestAdmissionPolicyExemptions(t *testing.T) {
+	t.Parallel()
+	// None by default: the operator's built-in exemptions stand alone.
+	defaults := render(t).args(t)
+	for _, name := range []string{"exempt-namespaces", "exempt-resources", "exempt-users", "exempt-groups"} {
+		if got := flag(defaults, name); got != nil {
+			t.Errorf("default args pass %v", got)
+		}
+	}
+	values := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(values, []byte(`admissionPolicies:
+  exempt:
+    namespaces: [argocd, flux-system]
+    resources: [/configmaps, example.com/*]
+    users: [break-glass]
+    groups: ["system:masters", oncall]
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := render(t, "-f", values).args(t)
+	for _, want := range []string{"--exempt-namespaces=argocd,flux-system", "--exempt-resources=/configmaps,example.com/*",
+		"--exempt-users=break-glass", "--exempt-groups=system:masters,oncall"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("args %v lack %s", args, want)
+		}
+	}
+	// A name with a comma cannot pass through the comma-separated flag: the install fails, saying so.
+	_, err := helm(t, "template", release, chartDir, "--set", `admissionPolicies.exempt.users={CN=a\,OU=b}`)
+	if err == nil || !strings.Contains(err.Error(), `admissionPolicies.exempt.users: "CN=a,OU=b" holds a comma`) {
+		t.Errorf("a user with a comma: %v, want the install to fail naming the value", err)
+	}
+}
+
 func TestLeaderElection(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -314,11 +314,12 @@ func createAuditPolicy(t *testing.T, c client.Client, ap *v1alpha1.AuditPolicy) 
 }
 
 // checkRoundTrip checks that the stored AuditPolicy stands for the policy and binding (nil: none) it
-// was converted from: nothing was lost converting it or storing it under the AuditPolicy CRD.
+// was converted from, with the built-in exemptions added to the binding: nothing was lost converting it or
+// storing it under the AuditPolicy CRD.
 func checkRoundTrip(t *testing.T, stored *v1alpha1.AuditPolicy, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
 	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding) {
 	t.Helper()
-	a := auditpolicy.ToAdmission(stored)
+	a := auditpolicy.ToAdmission(stored, auditpolicy.Exemptions{})
 	if !apiequality.Semantic.DeepEqual(a.Policy.Spec, policy.Spec) {
 		t.Errorf("AuditPolicy %s stands for another policy than %s (-policy +AuditPolicy's):\n%s", stored.Name, policy.Name, diff.Diff(policy.Spec, a.Policy.Spec))
 	}
@@ -328,12 +329,44 @@ func checkRoundTrip(t *testing.T, stored *v1alpha1.AuditPolicy, policy *admissio
 	}
 	if binding != nil {
 		want.ParamRef = binding.Spec.ParamRef
-		want.MatchResources = binding.Spec.MatchResources
+		want.MatchResources = binding.Spec.MatchResources.DeepCopy()
 		want.ValidationActions = auditpolicy.Actions(auditpolicy.EnforcementOf(binding.Spec.ValidationActions))
 	}
+	want.MatchResources = withBuiltinExemptions(want.MatchResources)
 	if !apiequality.Semantic.DeepEqual(a.Binding.Spec, want) {
 		t.Errorf("AuditPolicy %s stands for another binding than %s (-want +AuditPolicy's):\n%s", stored.Name, bindingName(binding), diff.Diff(want, a.Binding.Spec))
 	}
+}
+
+// withBuiltinExemptions returns m with what every AuditPolicy's binding leaves out, written out here as the
+// README lists it.
+func withBuiltinExemptions(m *admissionregistrationv1.MatchResources) *admissionregistrationv1.MatchResources {
+	if m == nil {
+		m = &admissionregistrationv1.MatchResources{}
+	}
+	if m.NamespaceSelector == nil {
+		m.NamespaceSelector = &metav1.LabelSelector{}
+	}
+	m.NamespaceSelector.MatchExpressions = append(m.NamespaceSelector.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: "kubernetes.io/metadata.name", Operator: metav1.LabelSelectorOpNotIn, Values: []string{"kube-node-lease", "kube-system"},
+	})
+	for _, r := range []struct{ group, resource string }{
+		{"", "events"}, {"audit.celaudit.io", "*"}, {"coordination.k8s.io", "leases"}, {"events.k8s.io", "events"},
+		{"openreports.io", "*"}, {"wgpolicyk8s.io", "*"},
+	} {
+		resources := []string{r.resource, r.resource + "/*"}
+		if r.resource == "*" {
+			resources = []string{"*/*"}
+		}
+		m.ExcludeResourceRules = append(m.ExcludeResourceRules, admissionregistrationv1.NamedRuleWithOperations{
+			RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+				Operations: []admissionregistrationv1.OperationType{"*"},
+				Rule: admissionregistrationv1.Rule{APIGroups: []string{r.group}, APIVersions: []string{"*"}, Resources: resources,
+					Scope: ptr.To(admissionregistrationv1.AllScopes)},
+			},
+		})
+	}
+	return m
 }
 
 func bindingName(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) string {
@@ -370,7 +403,7 @@ func (ag *apGroup) register(t *testing.T) {
 		if ap.EnforcementOrDefault() == v1alpha1.Audit {
 			ap.Spec.Enforcement = v1alpha1.Warn
 		}
-		pair := auditpolicy.Owned(ap)
+		pair := auditpolicy.Owned(ap, auditpolicy.Exemptions{})
 		if pair.Policy.Name != e.admissionName() || pair.Binding.Name != e.admissionName() || pair.Binding.Spec.PolicyName != e.admissionName() {
 			t.Fatalf("the pair registered for AuditPolicy %s is named %s and %s, binding %s; want %s", e.ap.Name,
 				pair.Policy.Name, pair.Binding.Name, pair.Binding.Spec.PolicyName, e.admissionName())
