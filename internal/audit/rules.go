@@ -13,7 +13,18 @@ const (
 	RuleRead = "read"
 	// RuleInternal names the error result of a policy that panicked evaluating an object.
 	RuleInternal = "internal"
+	// RuleConfiguration names a configuration error of a ValidatingAdmissionPolicy (its paramKind, its
+	// matchConstraints) or of a binding (a param not found): under failurePolicy Fail the API server denies
+	// every request the policy matches, whatever the binding's validationActions.
+	RuleConfiguration = "configuration"
 )
+
+// IsRule reports whether the published rule name name is the rule base: base itself, qualified (see RuleName)
+// or numbered (see DistinctRules).
+func IsRule(name, base string) bool {
+	rest, ok := strings.CutPrefix(name, base)
+	return ok && (rest == "" || strings.HasPrefix(rest, " (") || strings.HasPrefix(rest, " #"))
+}
 
 // RuleName returns the name a result is published under: base, the rule of the policy, followed by the
 // qualifiers that tell apart the results base can give on one object, in parentheses and in order, e.g.

@@ -49,3 +49,22 @@ func TestDistinctRules(t *testing.T) {
 		})
 	}
 }
+
+func TestIsRule(t *testing.T) {
+	cases := []struct {
+		name, base string
+		want       bool
+	}{
+		{"configuration", "configuration", true},
+		{"configuration (binding b, param n/x)", "configuration", true},
+		{"configuration #2", "configuration", true},
+		{"configurations", "configuration", false},
+		{"validations[0] (configuration)", "configuration", false},
+		{"", "configuration", false},
+	}
+	for _, tc := range cases {
+		if got := IsRule(tc.name, tc.base); got != tc.want {
+			t.Errorf("IsRule(%q, %q) = %v, want %v", tc.name, tc.base, got, tc.want)
+		}
+	}
+}

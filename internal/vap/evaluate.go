@@ -423,7 +423,7 @@ const (
 	RuleValidations = "validations"
 	// RuleConfiguration names a configuration error of the policy (its paramKind, its matchConstraints) or of
 	// a binding (a param not found, an object that cannot be converted to the version the policy reads).
-	RuleConfiguration = "configuration"
+	RuleConfiguration = audit.RuleConfiguration
 	// RuleCompile names the error of a policy that does not compile.
 	RuleCompile = "compile"
 	// RuleNamespace names the error of a namespace that cannot be read for namespaceObject.
