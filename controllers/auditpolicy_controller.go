@@ -332,10 +332,11 @@ func (r *auditPolicyReconciler) apply(ctx context.Context, want, existing client
 	return false, r.Client.Update(ctx, want)
 }
 
-// sameRegistration reports whether the registered object already holds what celaudit wants it to.
+// sameRegistration reports whether the registered object already holds what celaudit wants it to. Labels do
+// not count: they are for selecting the pair, written with it, and an edit of them changes nothing celaudit
+// decides (ownership is the controller ownerReference).
 func sameRegistration(want, have client.Object) bool {
-	if !equality.Semantic.DeepEqual(want.GetLabels(), have.GetLabels()) ||
-		!equality.Semantic.DeepEqual(want.GetAnnotations(), have.GetAnnotations()) ||
+	if !equality.Semantic.DeepEqual(want.GetAnnotations(), have.GetAnnotations()) ||
 		!equality.Semantic.DeepEqual(want.GetOwnerReferences(), have.GetOwnerReferences()) {
 		return false
 	}
