@@ -265,7 +265,9 @@ func TestOwnershipByControllerReference(t *testing.T) {
 
 	// The label is removed from the registered pair: still celaudit's, not audited as a VAP of its own.
 	vap := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "celaudit-own-pair"}}
-	update(t, vap, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) { delete(p.Labels, "audit.celaudit.io/auditpolicy") })
+	update(t, vap, func(p *admissionregistrationv1.ValidatingAdmissionPolicy) {
+		delete(p.Labels, "audit.celaudit.io/auditpolicy")
+	})
 	// A new object's results show that the audit went on after the change: by then a VAP audited as itself
 	// would have added its own results (a second warn of each object).
 	create(t, configMap("own-a", "new", map[string]string{"owner": "team-a", "team": "b"}))

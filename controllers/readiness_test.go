@@ -23,10 +23,10 @@ func TestDecideReadiness(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0.Add(time.Minute)
 	p, q, a := audit.VAPKey("p"), audit.CRDKey("q"), audit.AuditPolicyKey("a")
-	safe := results.Summary{Matched: 3, Pass: 3}
-	safer := results.Summary{Matched: 4, Pass: 4}
-	failing := results.Summary{Matched: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}
-	erroring := results.Summary{Matched: 3, Pass: 2, Error: 1}
+	safe := results.Summary{Matched: 3, Judged: 3, Pass: 3}
+	safer := results.Summary{Matched: 4, Judged: 4, Pass: 4}
+	failing := results.Summary{Matched: 3, Judged: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	erroring := results.Summary{Matched: 3, Judged: 3, Pass: 2, Error: 1}
 	skipping := results.Summary{Matched: 3, Skip: 3}
 	// ready is a policy's readiness with the safety its summary has (here: by the names above), without message.
 	safety := map[string]results.Safety{
@@ -76,7 +76,7 @@ func TestDecideReadiness(t *testing.T) {
 	}, {
 		name:     "nothing changed",
 		prev:     map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)},
-		sums:     map[audit.PolicyKey]results.Summary{p: {Matched: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}},
+		sums:     map[audit.PolicyKey]results.Summary{p: {Matched: 3, Judged: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}},
 		complete: true,
 		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)}},
 	}, {
@@ -325,8 +325,8 @@ func TestReadinessLoop(t *testing.T) {
 		}
 	}
 	p, a := audit.VAPKey("p"), audit.AuditPolicyKey("a")
-	failing := results.Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}
-	passing := results.Summary{Matched: 2, Pass: 2}
+	failing := results.Summary{Matched: 2, Judged: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	passing := results.Summary{Matched: 2, Judged: 2, Pass: 2}
 
 	// The first change after a quiet period is computed at once: an Event for the VAP, none for the
 	// AuditPolicy, which has no object Events are recorded on.

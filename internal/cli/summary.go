@@ -324,17 +324,25 @@ func summarize(in summaryInputs) SummaryList {
 	return out
 }
 
-// countResult counts a listed result into the summary of its policy. Matched counts the listed results about
-// an object; a result about no object (a resource that cannot be read) counts in Resources.
+// countResult counts a listed result into the summary of its policy. Matched and Judged count the listed
+// results about an object (Judged those that are no skip); a result about no object (a resource that cannot
+// be read) counts in Resources.
 func countResult(s *results.Summary, r *v1alpha2.PolicyReportResult) {
 	v := audit.Verdict(r.Result)
-	if len(r.Resources) == 0 {
+	switch {
+	case len(r.Resources) == 0:
 		s.Resources++
 		if v == audit.Error {
 			s.ResourceErrors++
 		}
-	} else {
+	case v == audit.Skip:
 		s.Matched++
+		if audit.Excluded(v, r.Rule, r.Message) {
+			s.Excluded++
+		}
+	default:
+		s.Matched++
+		s.Judged++
 	}
 	switch v {
 	case audit.Pass:

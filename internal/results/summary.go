@@ -14,10 +14,16 @@ type Summary struct {
 	// Matched is the number of objects with at least one result of the policy. Results about a whole
 	// resource are about no object: they are counted in Resources, not here.
 	Matched int
+	// Judged is the number of objects with at least one result other than a skip: objects the policy's
+	// validations were evaluated on.
+	Judged int
 	// Violating is the number of objects with at least one fail or warn result of the policy.
 	Violating int
 	// Results by verdict, compacted passes and results about whole resources included.
 	Pass, Fail, Warn, Error, Skip int
+	// Excluded is the number of skips of objects a matchCondition excludes (audit.Excluded): the API server
+	// would admit them, unlike the other skips, which an audit cannot decide.
+	Excluded int
 	// Resources is the number of results about a resource as a whole rather than one of its objects (the
 	// resource cannot be read, or is not audited): the objects of such a resource are not judged.
 	// ResourceErrors is how many of them are errors (Error counts them too).
@@ -36,7 +42,7 @@ func (s Summary) Violations() int { return s.Fail + s.Warn }
 
 // Equal reports whether s and o hold the same counts.
 func (s Summary) Equal(o Summary) bool {
-	return s.Matched == o.Matched && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
+	return s.Matched == o.Matched && s.Judged == o.Judged && s.Excluded == o.Excluded && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
 		s.Warn == o.Warn && s.Error == o.Error && s.Skip == o.Skip && s.Resources == o.Resources &&
 		s.ResourceErrors == o.ResourceErrors && s.Configuration == o.Configuration && maps.Equal(s.Namespaces, o.Namespaces)
 }
@@ -93,6 +99,9 @@ func (s *Store) Summaries() map[audit.PolicyKey]Summary {
 				whole.each(func(p policyResults) {
 					sum := &acc[policies[p.policy]]
 					sum.Matched--
+					if judged(p) {
+						sum.Judged--
+					}
 					for _, r := range p.results {
 						sum.Resources++
 						if r.Verdict == audit.Error {
@@ -115,6 +124,9 @@ func (s *Store) Summaries() map[audit.PolicyKey]Summary {
 // add counts the results p of one object in namespace.
 func (sum *Summary) add(namespace string, p policyResults) {
 	sum.Matched++
+	if judged(p) {
+		sum.Judged++
+	}
 	sum.Pass += int(p.passes)
 	violations := 0
 	for _, r := range p.results {
@@ -134,6 +146,9 @@ func (sum *Summary) add(namespace string, p policyResults) {
 			}
 		case audit.Skip:
 			sum.Skip++
+			if audit.Excluded(r.Verdict, r.Rule, r.Message) {
+				sum.Excluded++
+			}
 		}
 	}
 	if violations > 0 {
@@ -143,4 +158,17 @@ func (sum *Summary) add(namespace string, p policyResults) {
 		}
 		sum.Namespaces[namespace] += violations
 	}
+}
+
+// judged reports whether p holds a result other than a skip.
+func judged(p policyResults) bool {
+	if p.passes > 0 {
+		return true
+	}
+	for _, r := range p.results {
+		if r.Verdict != audit.Skip {
+			return true
+		}
+	}
+	return false
 }

@@ -38,7 +38,7 @@ func TestSummaries(t *testing.T) {
 				}},
 				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Pass)}},
 			},
-			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Pass: 3}},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Judged: 2, Pass: 3}},
 		},
 		{
 			name:       "kept passes are counted the same",
@@ -50,7 +50,7 @@ func TestSummaries(t *testing.T) {
 				}},
 				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Pass)}},
 			},
-			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Pass: 3}},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Judged: 2, Pass: 3}},
 		},
 		{
 			name: "every verdict, violations by namespace, cluster-scoped under the empty namespace",
@@ -64,9 +64,11 @@ func TestSummaries(t *testing.T) {
 				{p, key("c"), "m", []audit.Result{result("m", "c", "p", audit.Error)}},
 				{p, key("d"), "m", []audit.Result{result("m", "d", "p", audit.Pass)}},
 				{p, key("e"), "", []audit.Result{result("", "e", "p", audit.Warn)}},
+				{p, key("f"), "", []audit.Result{result("", "f", "p", audit.Skip)}},
+				{p, key("g"), "m", []audit.Result{result("m", "g", "p", audit.Skip, withRule("matchConditions"), withMessage(`not evaluated: matchCondition "c" is false for this object`))}},
 			},
 			want: map[audit.PolicyKey]Summary{p: {
-				Matched: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 1,
+				Matched: 7, Judged: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 3, Excluded: 1,
 				Namespaces: map[string]int{"n": 3, "": 1},
 			}},
 		},
@@ -79,9 +81,9 @@ func TestSummaries(t *testing.T) {
 				{q, key("b"), "o", []audit.Result{result("o", "b", "q", audit.Warn)}},
 			},
 			want: map[audit.PolicyKey]Summary{
-				p:   {Matched: 1, Violating: 1, Fail: 1, Namespaces: map[string]int{"n": 1}},
-				q:   {Matched: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"o": 1}},
-				crd: {Matched: 1, Error: 1},
+				p:   {Matched: 1, Judged: 1, Violating: 1, Fail: 1, Namespaces: map[string]int{"n": 1}},
+				q:   {Matched: 2, Judged: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"o": 1}},
+				crd: {Matched: 1, Judged: 1, Error: 1},
 			},
 		},
 		{
@@ -90,7 +92,7 @@ func TestSummaries(t *testing.T) {
 				{crd, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
 				{crd, ObjectKey{GVR: v2, UID: "a"}, "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
 			},
-			want: map[audit.PolicyKey]Summary{crd: {Matched: 2, Violating: 2, Fail: 2, Namespaces: map[string]int{"n": 2}}},
+			want: map[audit.PolicyKey]Summary{crd: {Matched: 2, Judged: 2, Violating: 2, Fail: 2, Namespaces: map[string]int{"n": 2}}},
 		},
 		{
 			name: "a result about a whole resource is no matched object",
@@ -100,7 +102,7 @@ func TestSummaries(t *testing.T) {
 				{q, ObjectKey{GVR: v2}, "", []audit.Result{result("", "", "q", audit.Error, withRule("read (v2/configmaps)"))}},
 			},
 			want: map[audit.PolicyKey]Summary{
-				p: {Matched: 1, Pass: 1, Error: 1, Resources: 1, ResourceErrors: 1},
+				p: {Matched: 1, Judged: 1, Pass: 1, Error: 1, Resources: 1, ResourceErrors: 1},
 				q: {Matched: 0, Error: 1, Resources: 1, ResourceErrors: 1},
 			},
 		},
@@ -112,7 +114,7 @@ func TestSummaries(t *testing.T) {
 				{p, key("c"), "", []audit.Result{result("", "c", "p", audit.Error, withRule("validations[0]"))}},
 				{p, key("d"), "", []audit.Result{result("", "d", "p", audit.Error, withRule("configurations"))}},
 			},
-			want: map[audit.PolicyKey]Summary{p: {Matched: 4, Error: 4, Configuration: 2}},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 4, Judged: 4, Error: 4, Configuration: 2}},
 		},
 		{
 			name: "a policy whose results are gone has no summary",
@@ -168,6 +170,10 @@ func withRule(rule string) func(*audit.Result) {
 	return func(r *audit.Result) { r.Rule = rule }
 }
 
+func withMessage(m string) func(*audit.Result) {
+	return func(r *audit.Result) { r.Message = m }
+}
+
 func TestTopNamespaces(t *testing.T) {
 	s := Summary{Namespaces: map[string]int{"b": 3, "a": 3, "c": 7, "": 1, "d": 2}}
 	cases := []struct {
@@ -203,6 +209,8 @@ func TestSummaryEqual(t *testing.T) {
 		{name: "no namespaces", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1}, want: false},
 		{name: "a resource not judged", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Resources: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 		{name: "a resource error", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, ResourceErrors: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "other judged objects", o: Summary{Matched: 2, Judged: 1, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "excluded objects", o: Summary{Matched: 2, Excluded: 1, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 		{name: "a configuration error", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Configuration: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 	}
 	for _, tc := range cases {

@@ -34,7 +34,9 @@ func TestCoveredSubresources(t *testing.T) {
 			want: []string{"*/*"}},
 		{name: "a binding with only selectors keeps them", policy: newPolicy("p", withRules(scale)),
 			bindings: []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{newBinding("b", "p",
-				withMatchResources(func(m *admissionregistrationv1.MatchResources) { m.NamespaceSelector = selector(map[string]string{"a": "b"}) }))},
+				withMatchResources(func(m *admissionregistrationv1.MatchResources) {
+					m.NamespaceSelector = selector(map[string]string{"a": "b"})
+				}))},
 			want: []string{"deployments/scale"}},
 	}
 	for _, tc := range cases {
