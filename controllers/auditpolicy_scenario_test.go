@@ -203,16 +203,8 @@ func TestAuditPolicyLifecycleScenario(t *testing.T) {
 	// Deny by hand, with violations: judged again (the violations are now fail results) and not registered.
 	update(t, ap, func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = v1alpha1.Deny })
 	expectReport(t, "apl-a", 1, "fail bad1: "+msg, "fail bad2: "+msg)
-	expectAuditPolicy(t, "apl-owner", func(ap *v1alpha1.AuditPolicy) error {
-		if err := statusIs(3, 1, 2, 0, 0, metav1.ConditionFalse)(ap); err != nil {
-			return err
-		}
-		if c := condition(ap, v1alpha1.ConditionEnforced); c.ObservedGeneration != ap.Generation || c.Reason != controllers.ReasonNotSafeToEnforce ||
-			!strings.Contains(c.Message, "SafeToEnforce is False") || ap.Status.AdmissionPolicy != "" {
-			return fmt.Errorf("Enforced = %+v, admission policy %q", c, ap.Status.AdmissionPolicy)
-		}
-		return nil
-	})
+	ap = expectAuditPolicy(t, "apl-owner", both(statusIs(3, 1, 2, 0, 0, metav1.ConditionFalse),
+		enforcedIs(metav1.ConditionFalse, controllers.ReasonNotSafeToEnforce, "SafeToEnforce is False", "nothing is registered")))
 	if got, err := registered("apl-owner"); err != nil || got {
 		t.Fatalf("a Deny policy with violations is registered: %v %v", got, err)
 	}
@@ -278,12 +270,7 @@ func TestAuditPolicyLifecycleScenario(t *testing.T) {
 	// results and its pair are gone.
 	update(t, ap, func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = v1alpha1.Deny })
 	expectRegistered(t, "apl-owner", true)
-	expectAuditPolicy(t, "apl-owner", func(ap *v1alpha1.AuditPolicy) error {
-		if c := condition(ap, v1alpha1.ConditionEnforced); c.ObservedGeneration != ap.Generation || c.Reason != controllers.ReasonRegistered {
-			return fmt.Errorf("Enforced = %+v", c)
-		}
-		return nil
-	})
+	expectAuditPolicy(t, "apl-owner", enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered))
 	if err := env.Client.Delete(ctx, ap); err != nil {
 		t.Fatal(err)
 	}

@@ -230,7 +230,7 @@ func TestHandSetDenyWithMissingParams(t *testing.T) {
 	envtestutil.Eventually(t, 20*time.Second, func() error {
 		err := env.Client.Get(ctx, client.ObjectKey{Name: "hsd-size"}, &v1alpha1.AuditPolicy{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the deleted AuditPolicy is still there: %v", err)
+			return fmt.Errorf("the deleted AuditPolicy is still there: %w", err)
 		}
 		return nil
 	})
@@ -297,7 +297,7 @@ func TestOwnershipByControllerReference(t *testing.T) {
 			return fmt.Errorf("the pair of the deleted AuditPolicy remains: policy %v, binding %v", p, b)
 		}
 		if err := env.Client.Get(ctx, client.ObjectKey{Name: "own-pair"}, &v1alpha1.AuditPolicy{}); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("the AuditPolicy remains: %v", err)
+			return fmt.Errorf("the AuditPolicy remains: %w", err)
 		}
 		return nil
 	})
