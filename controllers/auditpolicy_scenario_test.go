@@ -410,7 +410,7 @@ func TestAuditPolicyMatchingNothing(t *testing.T) {
 		}
 		return nil
 	})
-	if c := condition(ap, v1alpha1.ConditionSafeToEnforce); !strings.Contains(c.Message, "matched no stored object") {
+	if c := condition(ap, v1alpha1.ConditionSafeToEnforce); !strings.Contains(c.Message, "judged no stored object") {
 		t.Errorf("SafeToEnforce message %q", c.Message)
 	}
 }
