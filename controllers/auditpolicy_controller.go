@@ -19,6 +19,8 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -99,25 +101,19 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	ap := &v1alpha1.AuditPolicy{}
 	if err := r.Client.Get(ctx, req.NamespacedName, ap); err != nil {
 		if apierrors.IsNotFound(err) {
-			return ctrl.Result{}, r.remove(ctx, req.Name)
+			return ctrl.Result{}, r.remove(ctx, req.Name, "")
 		}
 		return ctrl.Result{}, fmt.Errorf("getting AuditPolicy %s: %w", req.Name, err)
 	}
 	if !ap.DeletionTimestamp.IsZero() {
-		return ctrl.Result{}, r.remove(ctx, ap.Name)
+		return retryOnConflict(ctx, ctrl.Result{}, r.finalize(ctx, ap))
 	}
 	result, o, err := r.audit(ctx, ap)
 	if err != nil {
-		return ctrl.Result{}, err
+		return retryOnConflict(ctx, result, err)
 	}
 	if err := r.writeStatus(ctx, ap, o); err != nil {
-		if apierrors.IsConflict(err) {
-			// The AuditPolicy changed since it was read (its enforcement was just moved, say): start over
-			// from the new version, without reporting an error.
-			ctrl.LoggerFrom(ctx).V(1).Info("AuditPolicy changed while its status was written; reconciling again")
-			return ctrl.Result{RequeueAfter: conflictRetry}, nil
-		}
-		return ctrl.Result{}, err
+		return retryOnConflict(ctx, result, err)
 	}
 	wait, err := r.promote(ctx, ap)
 	if err != nil {
@@ -129,8 +125,18 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return result, nil
 }
 
-// audit registers ap with the scan engine and, for Warn and Deny, with the API server, and gathers what its
-// status is made of.
+// retryOnConflict returns err, except a conflict: the AuditPolicy changed since it was read (its enforcement
+// was just moved, say), and it is reconciled again from the new version without reporting an error.
+func retryOnConflict(ctx context.Context, result ctrl.Result, err error) (ctrl.Result, error) {
+	if err != nil && apierrors.IsConflict(err) {
+		ctrl.LoggerFrom(ctx).V(1).Info("AuditPolicy changed while it was written; reconciling again")
+		return ctrl.Result{RequeueAfter: conflictRetry}, nil
+	}
+	return result, err
+}
+
+// audit registers ap with the scan engine and, for Warn and Deny, with the API server when the enforcement
+// gate allows, and gathers what its status is made of.
 func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPolicy) (ctrl.Result, auditPolicyObservation, error) {
 	key := audit.AuditPolicyKey(ap.Name)
 	pair := auditpolicy.ToAdmission(ap, r.Exemptions)
@@ -146,19 +152,43 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		r.Recheck()
 	}
 	o := auditPolicyObservation{problems: compiled.Problems(), exemptions: r.Exemptions.List()}
-	r.warn(ap, key, o.problems)
-	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0); err != nil {
-		return result, o, err
-	}
+	paramNote := r.warn(ap, key, o.problems)
 	o.summary, o.complete, o.at = r.Summaries.Summary(key)
 	o.complete = r.auditedSince(ap.Name, o.complete, o.at, len(o.problems) == 0)
+	var subresources []string
+	if st := r.Policies.lookup(key); st != nil && st.policy != nil {
+		subresources = st.policy.Subresources()
+	}
+	o.safety = results.SafetyOf(o.summary, o.complete, subresources)
+	gate := gateInputs{
+		enforcement: ap.EnforcementOrDefault(),
+		generation:  ap.Generation,
+		override:    ap.Spec.EnforcementOverride,
+		audited:     o.complete,
+		safety:      o.safety,
+		configError: configurationError(ap.Spec.FailurePolicy, paramNote, o.summary.Configuration),
+	}
+	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0, gate); err != nil {
+		return result, o, err
+	}
 	return result, o, nil
 }
 
-// remove stops auditing the AuditPolicy and deletes what was registered for it. The garbage collector would
-// delete the pair too (it is owned by the AuditPolicy); celaudit does not wait for it, so no request is
-// judged by a policy that is gone.
-func (r *auditPolicyReconciler) remove(ctx context.Context, name string) error {
+// finalize removes what celaudit registered for ap, which is being deleted, then its finalizer. Without
+// --manage-admission-policies celaudit may not delete admission policies: the garbage collector removes
+// the pair, which ap owns, and the deletion is not held up.
+func (r *auditPolicyReconciler) finalize(ctx context.Context, ap *v1alpha1.AuditPolicy) error {
+	if err := r.remove(ctx, ap.Name, ap.UID); err != nil && (r.Manage || !apierrors.IsForbidden(err)) {
+		return err
+	}
+	return r.setFinalizer(ctx, ap, false)
+}
+
+// remove stops auditing the AuditPolicy named name and deletes the pair registered for it: the one its
+// controller ownerReference names by uid, or, when uid is "" (the AuditPolicy is gone), any AuditPolicy of
+// that name, since none exists. The garbage collector would delete the pair too; celaudit does not wait for
+// it, so no request is judged by a policy that is gone.
+func (r *auditPolicyReconciler) remove(ctx context.Context, name string, uid types.UID) error {
 	r.mu.Lock()
 	delete(r.registered, name)
 	delete(r.pending, name)
@@ -167,19 +197,24 @@ func (r *auditPolicyReconciler) remove(ctx context.Context, name string) error {
 	if err := r.Policies.remove(ctx, audit.AuditPolicyKey(name)); err != nil {
 		return err
 	}
-	return r.deleteRegistered(ctx, name)
+	return r.deleteRegistered(ctx, name, uid)
 }
 
-// enforce registers the pair for Warn and Deny, or deletes it for Audit, and returns the Enforced condition
-// and the name of the registered policy ("" when none).
-func (r *auditPolicyReconciler) enforce(ctx context.Context, ap *v1alpha1.AuditPolicy, compiles bool) (metav1.Condition, string, error) {
+// enforce registers the pair for Warn and Deny when the enforcement gate allows, or deletes it for Audit, and
+// returns the Enforced condition and the name of the registered policy ("" when none).
+func (r *auditPolicyReconciler) enforce(ctx context.Context, ap *v1alpha1.AuditPolicy, compiles bool, in gateInputs) (metav1.Condition, string, error) {
 	cond := metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse}
 	name := auditpolicy.AdmissionName(ap.Name)
 	e := ap.EnforcementOrDefault()
 	switch {
 	case e == v1alpha1.Audit:
-		if err := r.deleteRegistered(ctx, ap.Name); err != nil {
+		if err := r.deleteRegistered(ctx, ap.Name, ap.UID); err != nil {
 			return cond, "", err
+		}
+		if r.Manage {
+			if err := r.setFinalizer(ctx, ap, false); err != nil {
+				return cond, "", err
+			}
 		}
 		cond.Reason, cond.Message = ReasonAuditOnly, "enforcement is Audit: celaudit audits the policy and nothing is registered with the API server"
 		return cond, "", nil
@@ -193,16 +228,79 @@ func (r *auditPolicyReconciler) enforce(ctx context.Context, ap *v1alpha1.AuditP
 		cond.Message = fmt.Sprintf("the policy does not compile, so it is not registered as %s; a ValidatingAdmissionPolicy %s registered earlier is left as it was", name, name)
 		return cond, "", nil
 	}
+	d := enforcementGate(in)
+	if !d.register {
+		live, err := r.liveActions(ctx, ap)
+		if err != nil {
+			return cond, "", err
+		}
+		cond.Reason = ReasonNotSafeToEnforce
+		left, registered := "nothing is registered", ""
+		if live != nil {
+			left, registered = fmt.Sprintf("the registered pair %s is left as it is, with validationActions %v", name, live), name
+		}
+		cond.Message = fmt.Sprintf("enforcement is %s, but the pair is not registered with it: %s; %s. To register it anyway, set spec.enforcementOverride.reason", e, d.why, left)
+		return cond, registered, nil
+	}
+	// The finalizer is on before anything is registered: deleting the AuditPolicy then removes the pair,
+	// with or without a garbage collector.
+	if err := r.setFinalizer(ctx, ap, true); err != nil {
+		return cond, "", err
+	}
 	want := auditpolicy.Owned(ap, r.Exemptions)
-	if taken, err := r.apply(ctx, want.Policy, &admissionregistrationv1.ValidatingAdmissionPolicy{}, ap.Name); err != nil || taken {
+	if taken, err := r.apply(ctx, want.Policy, &admissionregistrationv1.ValidatingAdmissionPolicy{}, ap); err != nil || taken {
 		return registerFailure(cond, "ValidatingAdmissionPolicy", name, taken, err), "", nil
 	}
-	if taken, err := r.apply(ctx, want.Binding, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, ap.Name); err != nil || taken {
+	if taken, err := r.apply(ctx, want.Binding, &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, ap); err != nil || taken {
 		return registerFailure(cond, "ValidatingAdmissionPolicyBinding", name, taken, err), name, nil
 	}
 	cond.Status, cond.Reason = metav1.ConditionTrue, ReasonRegistered
 	cond.Message = fmt.Sprintf("ValidatingAdmissionPolicy and ValidatingAdmissionPolicyBinding %s enforce the policy with validationActions [%s]", name, e)
+	if d.byOverride {
+		reason := ap.Spec.EnforcementOverride.Reason
+		cond.Reason = ReasonRegisteredWithOverride
+		cond.Message = fmt.Sprintf("%s by spec.enforcementOverride (%q), although %s", cond.Message, reason, d.why)
+		r.Warnings.warn(ap, kindAuditPolicy, "", ReasonRegisteredWithOverride, "Enforce",
+			fmt.Sprintf("Registered with validationActions [%s] by spec.enforcementOverride (%q), although %s", e, reason, d.why))
+	}
 	return cond, name, nil
+}
+
+// liveActions returns the validationActions of the binding registered for ap, nil when there is none of
+// its own.
+func (r *auditPolicyReconciler) liveActions(ctx context.Context, ap *v1alpha1.AuditPolicy) ([]admissionregistrationv1.ValidationAction, error) {
+	b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: auditpolicy.AdmissionName(ap.Name)}, b); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("getting the binding of AuditPolicy %s: %w", ap.Name, err)
+	}
+	if !metav1.IsControlledBy(b, ap) {
+		return nil, nil
+	}
+	return b.Spec.ValidationActions, nil
+}
+
+// setFinalizer adds or removes v1alpha1.FinalizerAdmissionPolicy on ap, when it is not already so. The
+// patch carries ap's resource version: it fails with a conflict rather than drop another finalizer.
+func (r *auditPolicyReconciler) setFinalizer(ctx context.Context, ap *v1alpha1.AuditPolicy, on bool) error {
+	if controllerutil.ContainsFinalizer(ap, v1alpha1.FinalizerAdmissionPolicy) == on {
+		return nil
+	}
+	before := ap.DeepCopy()
+	if on {
+		controllerutil.AddFinalizer(ap, v1alpha1.FinalizerAdmissionPolicy)
+	} else {
+		controllerutil.RemoveFinalizer(ap, v1alpha1.FinalizerAdmissionPolicy)
+	}
+	if err := r.Client.Patch(ctx, ap, client.MergeFromWithOptions(before, client.MergeFromWithOptimisticLock{})); err != nil {
+		if !on && apierrors.IsNotFound(err) {
+			return nil // gone with its last finalizer
+		}
+		return fmt.Errorf("setting the finalizer of AuditPolicy %s to %t: %w", ap.Name, on, err)
+	}
+	return nil
 }
 
 func registerFailure(cond metav1.Condition, kind, name string, taken bool, err error) metav1.Condition {
@@ -216,9 +314,10 @@ func registerFailure(cond metav1.Condition, kind, name string, taken bool, err e
 	return cond
 }
 
-// apply creates want, or updates the existing object to it when it differs; an existing object that is not
-// the AuditPolicy's is left alone (taken). existing is an empty object of want's type.
-func (r *auditPolicyReconciler) apply(ctx context.Context, want, existing client.Object, owner string) (taken bool, err error) {
+// apply creates want, or updates the existing object to it when it differs; an existing object that owner
+// does not control (its controller ownerReference does not name owner's uid) is left alone (taken), whatever
+// its labels say. existing is an empty object of want's type.
+func (r *auditPolicyReconciler) apply(ctx context.Context, want, existing client.Object, owner *v1alpha1.AuditPolicy) (taken bool, err error) {
 	if err := r.Client.Get(ctx, client.ObjectKeyFromObject(want), existing); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return false, err
@@ -226,7 +325,7 @@ func (r *auditPolicyReconciler) apply(ctx context.Context, want, existing client
 		ctrl.LoggerFrom(ctx).Info("Registering admission policy", "kind", fmt.Sprintf("%T", want), "name", want.GetName())
 		return false, r.Client.Create(ctx, want)
 	}
-	if existing.GetLabels()[auditpolicy.LabelAuditPolicy] != owner {
+	if !metav1.IsControlledBy(existing, owner) {
 		return true, nil
 	}
 	if sameRegistration(want, existing) {
@@ -236,10 +335,11 @@ func (r *auditPolicyReconciler) apply(ctx context.Context, want, existing client
 	return false, r.Client.Update(ctx, want)
 }
 
-// sameRegistration reports whether the registered object already holds what celaudit wants it to.
+// sameRegistration reports whether the registered object already holds what celaudit wants it to. Labels do
+// not count: they are for selecting the pair, written with it, and an edit of them changes nothing celaudit
+// decides (ownership is the controller ownerReference).
 func sameRegistration(want, have client.Object) bool {
-	if !equality.Semantic.DeepEqual(want.GetLabels(), have.GetLabels()) ||
-		!equality.Semantic.DeepEqual(want.GetAnnotations(), have.GetAnnotations()) ||
+	if !equality.Semantic.DeepEqual(want.GetAnnotations(), have.GetAnnotations()) ||
 		!equality.Semantic.DeepEqual(want.GetOwnerReferences(), have.GetOwnerReferences()) {
 		return false
 	}
@@ -255,8 +355,10 @@ func sameRegistration(want, have client.Object) bool {
 	return false
 }
 
-// deleteRegistered deletes the pair registered for the AuditPolicy named name, if it is celaudit's.
-func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name string) error {
+// deleteRegistered deletes the pair registered for the AuditPolicy named name: the objects whose controller
+// ownerReference names it by uid, or, when uid is "", names an AuditPolicy of that name (which is gone).
+// Labels do not count: a labelled pair of somebody else's is left alone.
+func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name string, uid types.UID) error {
 	key := client.ObjectKey{Name: auditpolicy.AdmissionName(name)}
 	for _, obj := range []client.Object{&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, &admissionregistrationv1.ValidatingAdmissionPolicy{}} {
 		if err := r.Client.Get(ctx, key, obj); err != nil {
@@ -265,7 +367,7 @@ func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name strin
 			}
 			return fmt.Errorf("getting %s: %w", key.Name, err)
 		}
-		if obj.GetLabels()[auditpolicy.LabelAuditPolicy] != name {
+		if ref := auditpolicy.ControllerOf(obj); ref == nil || ref.Name != name || (uid != "" && ref.UID != uid) {
 			continue
 		}
 		ctrl.LoggerFrom(ctx).Info("Removing admission policy", "kind", fmt.Sprintf("%T", obj), "name", key.Name)
@@ -277,22 +379,25 @@ func (r *auditPolicyReconciler) deleteRegistered(ctx context.Context, name strin
 }
 
 // warn records the Warning Events of an AuditPolicy that does not compile, or whose paramRef finds no param
-// or reads params that are never read.
-func (r *auditPolicyReconciler) warn(ap *v1alpha1.AuditPolicy, key audit.PolicyKey, problems []string) {
+// or reads params that are never read; it returns the note of a missing param ("" when its params are found
+// or not known).
+func (r *auditPolicyReconciler) warn(ap *v1alpha1.AuditPolicy, key audit.PolicyKey, problems []string) string {
 	if len(problems) > 0 {
 		r.Warnings.warn(ap, kindAuditPolicy, "", ReasonCompileFailed, "Compile",
 			"The policy does not compile, so it is not audited: "+strings.Join(problems, "; "))
-		return
+		return ""
 	}
 	st := r.Policies.lookup(key)
 	if st == nil || st.rejected {
-		return
+		return ""
 	}
 	binding := auditpolicy.ToAdmission(ap, r.Exemptions).Binding
-	if reason, note := paramProblem(binding, paramKind(st.paramKinds), st.resolver, r.Policies.Params); reason != "" {
+	reason, note := paramProblem(binding, paramKind(st.paramKinds), st.resolver, r.Policies.Params)
+	if reason != "" {
 		r.Warnings.warn(ap, kindAuditPolicy, "", reason, "Bind", note)
 	}
 	r.Warnings.paramsNotRead(ap, kindAuditPolicy, r.Policies.Params, paramKind(st.paramKinds), len(paramRefs([]admissionregistrationv1.ValidatingAdmissionPolicyBinding{*binding})))
+	return note
 }
 
 // writeStatus writes ap's status when it changed.
@@ -421,8 +526,15 @@ func (r *auditPolicyReconciler) listAtStartup(ctx context.Context) error {
 	return nil
 }
 
+// deletionStarted passes the update that marks an object for deletion: its finalizers are then due.
+func deletionStarted() predicate.Predicate {
+	return predicate.Funcs{UpdateFunc: func(e event.UpdateEvent) bool {
+		return e.ObjectOld.GetDeletionTimestamp().IsZero() && !e.ObjectNew.GetDeletionTimestamp().IsZero()
+	}}
+}
+
 // SetupWithManager registers the reconciler with mgr. It reacts to spec and annotation changes of
-// AuditPolicies (not to its own status writes), to changes of the pairs it registered, to discovery changes
+// AuditPolicies and to their deletion (not to its own status and finalizer writes), to changes of the pairs it registered, to discovery changes
 // and to changes of their summaries.
 func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
 	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Recheck == nil || r.Events == nil || r.Warnings == nil || r.Startup == nil || r.Discovery == nil {
@@ -444,7 +556,7 @@ func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(
 		return fmt.Errorf("adding AuditPolicy start-up listing: %w", err)
 	}
 	b := ctrl.NewControllerManagedBy(mgr).
-		For(&v1alpha1.AuditPolicy{}, builder.WithPredicates(predicate.Or(predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}))).
+		For(&v1alpha1.AuditPolicy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionStarted()))).
 		Named("auditpolicy").
 		Owns(&admissionregistrationv1.ValidatingAdmissionPolicy{}).
 		Owns(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}).

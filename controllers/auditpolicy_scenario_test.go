@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -48,12 +49,17 @@ func ownerAuditPolicy(name, label, message string) *v1alpha1.AuditPolicy {
 	}
 }
 
-// deleteAuditPolicyAfter deletes the AuditPolicy and what may have been registered for it when the test ends.
+// deleteAuditPolicyAfter deletes the AuditPolicy and what may have been registered for it when the test ends,
+// and its finalizer: the test's celaudit is stopped by then.
 func deleteAuditPolicyAfter(t *testing.T, name string) {
 	admission := "celaudit-" + name
 	deleteAfter(t, &v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}},
 		&admissionregistrationv1.ValidatingAdmissionPolicyBinding{ObjectMeta: metav1.ObjectMeta{Name: admission}},
 		&admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: admission}})
+	t.Cleanup(func() {
+		patch := client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))
+		_ = client.IgnoreNotFound(env.Client.Patch(context.Background(), &v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: name}}, patch))
+	})
 }
 
 // expectAuditPolicy waits until the AuditPolicy's status passes check.
@@ -196,13 +202,25 @@ func TestAuditPolicyLifecycleScenario(t *testing.T) {
 		t.Fatalf("an Audit policy is registered with the API server: %v %v", got, err)
 	}
 
-	// Deny: the pair is registered, the API server rejects exactly the objects the status counts, with the
-	// message of the report, and the report lists each violation once, as fail.
+	// Deny by hand, with violations: judged again (the violations are now fail results) and not registered.
 	update(t, ap, func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = v1alpha1.Deny })
+	expectReport(t, "apl-a", 1, "fail bad1: "+msg, "fail bad2: "+msg)
+	ap = expectAuditPolicy(t, "apl-owner", both(statusIs(3, 1, 2, 0, 0, metav1.ConditionFalse),
+		enforcedIs(metav1.ConditionFalse, controllers.ReasonNotSafeToEnforce, "SafeToEnforce is False", "nothing is registered")))
+	if got, err := registered("apl-owner"); err != nil || got {
+		t.Fatalf("a Deny policy with violations is registered: %v %v", got, err)
+	}
+
+	// Deny with an override: the pair is registered, the API server rejects exactly the objects the status
+	// counts, with the message of the report, and the report lists each violation once, as fail.
+	update(t, ap, func(ap *v1alpha1.AuditPolicy) {
+		ap.Spec.EnforcementOverride = &v1alpha1.EnforcementOverride{Reason: "the violations are known"}
+	})
 	expectRegistered(t, "apl-owner", true)
 	expectReport(t, "apl-a", 1, "fail bad1: "+msg, "fail bad2: "+msg)
 	ap = expectAuditPolicy(t, "apl-owner", statusIs(3, 1, 2, 0, 0, metav1.ConditionFalse))
-	if c := condition(ap, v1alpha1.ConditionEnforced); c.Status != metav1.ConditionTrue || ap.Status.AdmissionPolicy != "celaudit-apl-owner" {
+	if c := condition(ap, v1alpha1.ConditionEnforced); c.Status != metav1.ConditionTrue || c.Reason != controllers.ReasonRegisteredWithOverride ||
+		ap.Status.AdmissionPolicy != "celaudit-apl-owner" {
 		t.Errorf("Enforced = %+v, admission policy %q", c, ap.Status.AdmissionPolicy)
 	}
 	envtestutil.Eventually(t, 20*time.Second, func() error {
@@ -245,13 +263,16 @@ func TestAuditPolicyLifecycleScenario(t *testing.T) {
 	update(t, ap, func(ap *v1alpha1.AuditPolicy) {
 		ap.Spec.Validations[0].Expression = "has(object.data) && 'owner' in object.data"
 		ap.Spec.Enforcement = v1alpha1.Audit
+		ap.Spec.EnforcementOverride = nil
 	})
 	expectRegistered(t, "apl-owner", false)
 	expectReport(t, "apl-a", 3)
 
-	// Deny again, then delete the AuditPolicy: its results and its pair are gone.
+	// Deny again, now safe: registered without an override once judged; then delete the AuditPolicy: its
+	// results and its pair are gone.
 	update(t, ap, func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = v1alpha1.Deny })
 	expectRegistered(t, "apl-owner", true)
+	expectAuditPolicy(t, "apl-owner", enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered))
 	if err := env.Client.Delete(ctx, ap); err != nil {
 		t.Fatal(err)
 	}
@@ -375,12 +396,23 @@ func TestAuditPolicyMissingParams(t *testing.T) {
 	expectReportContains(t, "apm-a", "warn big: too many keys")
 }
 
-// An AuditPolicy that matches no object is judged too: safe to enforce, nothing matched. Nothing changes in
-// the results, so only its own registration can bring the audit that decides it.
+// An AuditPolicy that matches no object is judged too: nothing judged, so not known to be safe. Nothing
+// changes in the results, so only its own registration can bring the audit that decides it.
 func TestAuditPolicyMatchingNothing(t *testing.T) {
 	deleteAuditPolicyAfter(t, "apn-none")
 	op, _ := envtestutil.StartOperator(t, env.Config, auditPolicyOptions())
 	envtestutil.WaitSettled(t, op)
 	create(t, ownerAuditPolicy("apn-none", "apn-no-such-label", "owner required"))
-	expectAuditPolicy(t, "apn-none", statusIs(0, 0, 0, 0, 0, metav1.ConditionTrue))
+	ap := expectAuditPolicy(t, "apn-none", func(ap *v1alpha1.AuditPolicy) error {
+		if err := statusIs(0, 0, 0, 0, 0, metav1.ConditionUnknown)(ap); err != nil {
+			return err
+		}
+		if c := condition(ap, v1alpha1.ConditionSafeToEnforce); c.Reason != "NothingJudged" || ap.Status.LastAuditTime == nil {
+			return fmt.Errorf("SafeToEnforce %+v, last audit %v: want the audit's answer, not a pending one", c, ap.Status.LastAuditTime)
+		}
+		return nil
+	})
+	if c := condition(ap, v1alpha1.ConditionSafeToEnforce); !strings.Contains(c.Message, "judged no stored object") {
+		t.Errorf("SafeToEnforce message %q", c.Message)
+	}
 }

@@ -1,7 +1,6 @@
 package controllers
 
 import (
-	"fmt"
 	"strings"
 	"time"
 
@@ -15,19 +14,23 @@ import (
 
 // Reasons of the AuditPolicy conditions and Events.
 const (
-	ReasonCompiled         = "Compiled"
-	ReasonAuditOnly        = "AuditOnly"
-	ReasonRegistered       = "Registered"
-	ReasonRegisterFailed   = "RegisterFailed"
-	ReasonNameTaken        = "NameTaken"
-	ReasonManagementOff    = "ManagementDisabled"
-	ReasonNoViolations     = "NoViolations"
-	ReasonViolations       = "Violations"
-	ReasonAuditPending     = "AuditPending"
-	ReasonPromoted         = "Promoted"
-	ReasonPromotionFailed  = "PromotionFailed"
-	maxConditionMessage    = 4096
-	topViolatingNamespaces = 10
+	ReasonCompiled        = "Compiled"
+	ReasonAuditOnly       = "AuditOnly"
+	ReasonRegistered      = "Registered"
+	ReasonRegisterFailed  = "RegisterFailed"
+	ReasonNameTaken       = "NameTaken"
+	ReasonManagementOff   = "ManagementDisabled"
+	ReasonNoViolations    = results.SafetyNoViolations
+	ReasonViolations      = results.SafetyViolations
+	ReasonAuditPending    = results.SafetyAuditPending
+	ReasonPromoted        = "Promoted"
+	ReasonPromotionFailed = "PromotionFailed"
+	// ReasonRegisteredWithOverride: the pair is registered although the enforcement gate would refuse it,
+	// because spec.enforcementOverride says so (the Enforced condition, and a Warning Event once per
+	// generation). A refused pair has the Enforced reason ReasonNotSafeToEnforce.
+	ReasonRegisteredWithOverride = "RegisteredWithOverride"
+	maxConditionMessage          = 4096
+	topViolatingNamespaces       = 10
 )
 
 // auditPolicyObservation is what the reconciler gathered about one AuditPolicy: the inputs of its status.
@@ -36,10 +39,12 @@ type auditPolicyObservation struct {
 	problems []string
 	// enforced is the Enforced condition (without times).
 	enforced metav1.Condition
-	// summary is the policy's summary; complete says it is from a complete audit, taken at at.
+	// summary is the policy's summary; complete says it is from a complete audit of this generation by this
+	// process, taken at at; safety is what that audit answers (AuditPending when it is not complete).
 	summary  results.Summary
 	complete bool
 	at       time.Time
+	safety   results.Safety
 	// admissionPolicy names the ValidatingAdmissionPolicy registered for it, "" when none.
 	admissionPolicy string
 	// exemptions are what the audit and the registered pair leave out.
@@ -78,7 +83,7 @@ func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.
 		}
 		at := metav1.NewTime(o.at)
 		st.LastAuditTime = &at
-		set(safeToEnforceCondition(s))
+		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: o.safety.Status, Reason: o.safety.Reason, Message: o.safety.Message})
 	case staleSafeToEnforce(st.Conditions, ap.Generation):
 		// A new generation is judged by its own audit, and a promotion waits for it.
 		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionUnknown, Reason: ReasonAuditPending,
@@ -101,17 +106,6 @@ func compiledCondition(problems []string) metav1.Condition {
 	}
 	return metav1.Condition{Type: v1alpha1.ConditionCompiled, Status: metav1.ConditionFalse, Reason: ReasonCompileFailed,
 		Message: strings.Join(problems, "; ")}
-}
-
-// safeToEnforceCondition answers whether enforcing the policy would reject none of the stored objects.
-func safeToEnforceCondition(s results.Summary) metav1.Condition {
-	if s.SafeToEnforce() {
-		return metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionTrue, Reason: ReasonNoViolations,
-			Message: fmt.Sprintf("no fail, warn or error result among the %d matched objects", s.Matched)}
-	}
-	return metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionFalse, Reason: ReasonViolations,
-		Message: fmt.Sprintf("%d of %d matched objects violate the policy; %d fail, %d warn and %d error results",
-			s.Violating, s.Matched, s.Fail, s.Warn, s.Error)}
 }
 
 // promotionDue returns the enforcement ap's promotion moves it to at now, or "" and how long until it may

@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -81,12 +82,13 @@ func leaseRenewed(ctx context.Context, ns string) (time.Time, error) {
 	return lease.Spec.RenewTime.Time, nil
 }
 
-// TestExemptionsKeepClusterAlive is the lockout incident: an AuditPolicy denying every write of every
-// resource that lacks a team label, enforced while celaudit runs as its shipped ServiceAccount. The pair
-// celaudit registers denies what it should, yet celaudit keeps its leader Lease and writes its reports and
+// TestEnforceEverythingCannotLockOut is the lockout incident: an AuditPolicy denying every write of every
+// resource that lacks a team label, set to Deny while celaudit runs as its shipped ServiceAccount. It is not
+// registered while its own audit finds violations; registered by an explicit override, the pair denies what it
+// should, yet celaudit keeps its leader Lease and writes its reports and
 // status, the cluster's own namespaces, Leases and Events stay writable, the control plane's, the nodes' and
 // celaudit's requests are not judged, and switching the AuditPolicy back to Audit works and removes the pair.
-func TestExemptionsKeepClusterAlive(t *testing.T) {
+func TestEnforceEverythingCannotLockOut(t *testing.T) {
 	ctx := context.Background()
 	const (
 		name  = "exempt-team"
@@ -104,7 +106,34 @@ func TestExemptionsKeepClusterAlive(t *testing.T) {
 	op, _ := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
 	envtestutil.WaitSettled(t, op)
 
+	// Set to Deny by hand while stored objects violate it: the gate refuses to register it.
 	create(t, everythingNeedsATeam(name, msg))
+	expectAuditPolicy(t, name, func(ap *v1alpha1.AuditPolicy) error {
+		safe := meta.FindStatusCondition(ap.Status.Conditions, v1alpha1.ConditionSafeToEnforce)
+		enforced := meta.FindStatusCondition(ap.Status.Conditions, v1alpha1.ConditionEnforced)
+		if safe == nil || safe.Status != metav1.ConditionFalse || safe.ObservedGeneration != ap.Generation {
+			return fmt.Errorf("SafeToEnforce of generation %d is not False yet: %+v", ap.Generation, safe)
+		}
+		if enforced == nil || enforced.Status != metav1.ConditionFalse || enforced.Reason != controllers.ReasonNotSafeToEnforce {
+			return fmt.Errorf("Enforced is not False/%s: %+v", controllers.ReasonNotSafeToEnforce, enforced)
+		}
+		return nil
+	})
+	expectRegistered(t, name, false)
+	if err := dryRunCreate(env.Client, configMap(plain, "probe", nil)); err != nil {
+		t.Fatalf("with the unsafe Deny refused, a ConfigMap without a team label was not admitted: %v", err)
+	}
+
+	// An explicit override registers it.
+	overridden := &v1alpha1.AuditPolicy{}
+	if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, overridden); err != nil {
+		t.Fatal(err)
+	}
+	before := overridden.DeepCopy()
+	overridden.Spec.EnforcementOverride = &v1alpha1.EnforcementOverride{Reason: "lockout drill"}
+	if err := env.Client.Patch(ctx, overridden, client.MergeFrom(before)); err != nil {
+		t.Fatalf("setting the override: %v", err)
+	}
 	expectRegistered(t, name, true)
 
 	// The pair is in force: a ConfigMap without the label, in a namespace of no importance, is denied.

@@ -316,7 +316,10 @@ func (w *wiring) setupVAPs() error {
 		Resync:     w.opts.ResyncPeriod,
 		Startup:    w.startup,
 		Warnings:   w.warnings,
+		// Only an AuditPolicy can own a policy, so that it is audited under the AuditPolicy's name.
+		AuditPolicies: w.auditPolicies,
 	}
+	w.readiness.Subresources = w.vaps.subresources
 	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged, w.opts.withheldParams())
 	if err := w.mgr.Add(w.vaps.Params); err != nil {
 		return fmt.Errorf("adding param source: %w", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +24,9 @@ import (
 const (
 	ReasonSafeToEnforce    = "SafeToEnforce"
 	ReasonNotSafeToEnforce = "NotSafeToEnforce"
+	// ReasonSafeToEnforceUnknown: the audit cannot tell (nothing judged, skips, subresources, unreadable
+	// resources); the note says which.
+	ReasonSafeToEnforceUnknown = "SafeToEnforceUnknown"
 )
 
 // readinessTopNamespaces is how many namespaces a readiness Event names, those with the most violations.
@@ -41,8 +45,8 @@ var _ summarizer = &results.Store{}
 // a resync never shows a half-read cluster. It serves:
 //
 //   - the metrics of each policy (readinessCollector);
-//   - an Event on the ValidatingAdmissionPolicy or CRD whenever the policy becomes safe to enforce or stops
-//     being so (results.Summary.SafeToEnforce), and for the first complete audit after the operator starts,
+//   - an Event on the ValidatingAdmissionPolicy or CRD whenever the policy's safety (results.SafetyOf: True,
+//     False or Unknown) changes, and for the first complete audit after the operator starts,
 //     so that `kubectl describe` shows the current answer; never on a recompute that changes nothing;
 //   - Summary and OnChange for other consumers (the status of celaudit's AuditPolicies): AuditPolicy keys get
 //     summaries and change notifications but no Events.
@@ -60,6 +64,8 @@ type readiness struct {
 	Clock    clock.Clock
 	Interval time.Duration
 	Log      logr.Logger
+	// Subresources returns the subresources a policy covers, which no audit judges (nil: none).
+	Subresources func(audit.PolicyKey) []string
 
 	wake chan struct{}
 
@@ -74,6 +80,7 @@ type readiness struct {
 // policyReadiness is what readiness keeps of one policy.
 type policyReadiness struct {
 	summary results.Summary
+	safety  results.Safety
 	// since is when the summary took its value.
 	since time.Time
 }
@@ -169,7 +176,7 @@ func (r *readiness) recompute(ctx context.Context) {
 		complete = r.Settled()
 	}
 	r.mu.Lock()
-	d := decideReadiness(r.policies, sums, complete, r.Clock.Now())
+	d := decideReadiness(r.policies, sums, complete, r.Clock.Now(), r.Subresources)
 	r.policies = d.next
 	subscribers := slices.Clone(r.subscribers)
 	var auditors []func()
@@ -180,7 +187,7 @@ func (r *readiness) recompute(ctx context.Context) {
 	r.mu.Unlock()
 
 	for _, key := range d.events {
-		r.record(ctx, key, d.next[key].summary)
+		r.record(ctx, key, d.next[key])
 	}
 	if len(d.changed) > 0 {
 		for _, f := range subscribers {
@@ -193,7 +200,7 @@ func (r *readiness) recompute(ctx context.Context) {
 }
 
 // record records the readiness Event of policy key on its object; keys of sources without one are skipped.
-func (r *readiness) record(ctx context.Context, key audit.PolicyKey, s results.Summary) {
+func (r *readiness) record(ctx context.Context, key audit.PolicyKey, p policyReadiness) {
 	obj, err := policyObject(ctx, r.Reader, key)
 	if obj == nil {
 		if err != nil {
@@ -201,11 +208,14 @@ func (r *readiness) record(ctx context.Context, key audit.PolicyKey, s results.S
 		}
 		return
 	}
-	if s.SafeToEnforce() {
-		r.Events.Eventf(obj, nil, corev1.EventTypeNormal, ReasonSafeToEnforce, "Audit", "%s", readinessNote(s))
-		return
+	switch p.safety.Status {
+	case metav1.ConditionTrue:
+		r.Events.Eventf(obj, nil, corev1.EventTypeNormal, ReasonSafeToEnforce, "Audit", "%s", readinessNote(p.summary))
+	case metav1.ConditionFalse:
+		r.Events.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNotSafeToEnforce, "Audit", "%s", readinessNote(p.summary))
+	default:
+		r.Events.Eventf(obj, nil, corev1.EventTypeNormal, ReasonSafeToEnforceUnknown, "Audit", "%s", p.safety.Message)
 	}
-	r.Events.Eventf(obj, nil, corev1.EventTypeWarning, ReasonNotSafeToEnforce, "Audit", "%s", readinessNote(s))
 }
 
 // readinessNote describes a summary in an Event note: "3 of 120 matched objects violate the policy (2 fail,
@@ -236,30 +246,37 @@ func readinessNote(s results.Summary) string {
 type readinessDecision struct {
 	// next is the new readiness of every policy.
 	next map[audit.PolicyKey]policyReadiness
-	// events lists, sorted, the policies whose readiness Event is due: their first complete audit, or
-	// SafeToEnforce changed.
+	// events lists, sorted, the policies whose readiness Event is due: their first complete audit, or their
+	// safety's status changed.
 	events []audit.PolicyKey
 	// changed lists, sorted, the policies whose summary changed, appeared or disappeared.
 	changed []audit.PolicyKey
 }
 
 // decideReadiness decides a recompute: prev is the readiness so far, sums the summaries just computed and
-// complete whether they reflect a complete audit. An incomplete audit changes nothing.
-func decideReadiness(prev map[audit.PolicyKey]policyReadiness, sums map[audit.PolicyKey]results.Summary, complete bool, now time.Time) readinessDecision {
+// complete whether they reflect a complete audit; subresources (nil: none) returns the subresources a policy
+// covers. An incomplete audit changes nothing.
+func decideReadiness(prev map[audit.PolicyKey]policyReadiness, sums map[audit.PolicyKey]results.Summary, complete bool, now time.Time,
+	subresources func(audit.PolicyKey) []string) readinessDecision {
 	if !complete {
 		return readinessDecision{next: prev}
 	}
 	d := readinessDecision{next: make(map[audit.PolicyKey]policyReadiness, len(sums))}
 	for key, s := range sums {
 		old, had := prev[key]
+		var subs []string
+		if subresources != nil {
+			subs = subresources(key)
+		}
+		next := policyReadiness{summary: s, safety: results.SafetyOf(s, true, subs), since: now}
 		switch {
 		case !had:
-			d.next[key] = policyReadiness{summary: s, since: now}
+			d.next[key] = next
 			d.events = append(d.events, key)
 			d.changed = append(d.changed, key)
-		case !old.summary.Equal(s):
-			d.next[key] = policyReadiness{summary: s, since: now}
-			if old.summary.SafeToEnforce() != s.SafeToEnforce() {
+		case !old.summary.Equal(s) || old.safety.Status != next.safety.Status || old.safety.Reason != next.safety.Reason:
+			d.next[key] = next
+			if old.safety.Status != next.safety.Status {
 				d.events = append(d.events, key)
 			}
 			d.changed = append(d.changed, key)
@@ -300,7 +317,7 @@ func newReadinessCollector(r *readiness) *readinessCollector {
 		violating: prometheus.NewDesc("celaudit_policy_violating_objects",
 			"Objects with at least one fail or warn result of the policy, at the last complete audit.", labels, nil),
 		safe: prometheus.NewDesc("celaudit_policy_safe_to_enforce",
-			"1 when no object the policy covers fails, warns or errors at the last complete audit, else 0.", labels, nil),
+			"1 when the policy is safe to enforce at the last complete audit: it judged objects and none fails, warns or errors; else 0 (violations, or nothing judged, skips, subresources, unreadable resources).", labels, nil),
 		namespaces: prometheus.NewDesc("celaudit_namespace_violations",
 			"Fail and warn results of all policies in a namespace (\"\" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.",
 			[]string{"namespace"}, nil),
@@ -329,7 +346,7 @@ func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.matched, prometheus.GaugeValue, float64(s.Matched), source, name)
 		ch <- prometheus.MustNewConstMetric(c.violating, prometheus.GaugeValue, float64(s.Violating), source, name)
 		safe := 0.0
-		if s.SafeToEnforce() {
+		if policies[key].safety.Safe() {
 			safe = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.safe, prometheus.GaugeValue, safe, source, name)

@@ -23,94 +23,144 @@ func TestDecideReadiness(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	now := t0.Add(time.Minute)
 	p, q, a := audit.VAPKey("p"), audit.CRDKey("q"), audit.AuditPolicyKey("a")
-	safe := results.Summary{Matched: 3, Pass: 3}
-	safer := results.Summary{Matched: 4, Pass: 4}
-	failing := results.Summary{Matched: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}
-	erroring := results.Summary{Matched: 3, Pass: 2, Error: 1}
+	safe := results.Summary{Matched: 3, Judged: 3, Pass: 3}
+	safer := results.Summary{Matched: 4, Judged: 4, Pass: 4}
+	failing := results.Summary{Matched: 3, Judged: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	erroring := results.Summary{Matched: 3, Judged: 3, Pass: 2, Error: 1}
+	skipping := results.Summary{Matched: 3, Skip: 3}
+	// ready is a policy's readiness with the safety its summary has (here: by the names above), without message.
+	safety := map[string]results.Safety{
+		"safe": {Status: metav1.ConditionTrue, Reason: "NoViolations"}, "safer": {Status: metav1.ConditionTrue, Reason: "NoViolations"},
+		"failing": {Status: metav1.ConditionFalse, Reason: "Violations"}, "erroring": {Status: metav1.ConditionFalse, Reason: "Violations"},
+		"skipping": {Status: metav1.ConditionUnknown, Reason: "Skipped"},
+	}
+	names := map[*results.Summary]string{&safe: "safe", &safer: "safer", &failing: "failing", &erroring: "erroring", &skipping: "skipping"}
+	ready := func(s results.Summary, since time.Time) policyReadiness {
+		for ptr, name := range names {
+			if ptr.Equal(s) {
+				return policyReadiness{summary: s, safety: safety[name], since: since}
+			}
+		}
+		t.Fatalf("no safety for %+v", s)
+		return policyReadiness{}
+	}
+	unknownScale := results.Safety{Status: metav1.ConditionUnknown, Reason: "Subresources"}
 	cases := []struct {
 		name     string
 		prev     map[audit.PolicyKey]policyReadiness
 		sums     map[audit.PolicyKey]results.Summary
 		complete bool
-		want     readinessDecision
+		// subresources are those of p.
+		subresources []string
+		want         readinessDecision
 	}{{
 		name:     "the first complete audit tells every policy, whatever its source",
 		sums:     map[audit.PolicyKey]results.Summary{p: safe, q: failing, a: erroring},
 		complete: true,
 		want: readinessDecision{
-			next: map[audit.PolicyKey]policyReadiness{p: {safe, now}, q: {failing, now}, a: {erroring, now}},
+			next: map[audit.PolicyKey]policyReadiness{p: ready(safe, now), q: ready(failing, now), a: ready(erroring, now)},
 			// Sorted by source, then name: auditpolicy, crd, vap.
 			events:  []audit.PolicyKey{a, q, p},
 			changed: []audit.PolicyKey{a, q, p},
 		},
 	}, {
 		name:     "an audit under way keeps the previous answer",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)},
 		sums:     map[audit.PolicyKey]results.Summary{p: safe, q: failing},
 		complete: false,
-		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: {failing, t0}}},
+		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)}},
 	}, {
 		name:     "the first audit under way has no answer",
 		complete: false,
 		want:     readinessDecision{},
 	}, {
 		name:     "nothing changed",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}},
-		sums:     map[audit.PolicyKey]results.Summary{p: {Matched: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)},
+		sums:     map[audit.PolicyKey]results.Summary{p: {Matched: 3, Judged: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}},
 		complete: true,
-		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: {failing, t0}}},
+		want:     readinessDecision{next: map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)}},
 	}, {
 		name:     "counts change, readiness does not: subscribers are told, no Event",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {safe, t0}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(safe, t0)},
 		sums:     map[audit.PolicyKey]results.Summary{p: safer},
 		complete: true,
 		want: readinessDecision{
-			next:    map[audit.PolicyKey]policyReadiness{p: {safer, now}},
+			next:    map[audit.PolicyKey]policyReadiness{p: ready(safer, now)},
 			changed: []audit.PolicyKey{p},
 		},
 	}, {
 		name:     "a policy stops being safe",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {safe, t0}, q: {safe, t0}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(safe, t0), q: ready(safe, t0)},
 		sums:     map[audit.PolicyKey]results.Summary{p: failing, q: safe},
 		complete: true,
 		want: readinessDecision{
-			next:    map[audit.PolicyKey]policyReadiness{p: {failing, now}, q: {safe, t0}},
+			next:    map[audit.PolicyKey]policyReadiness{p: ready(failing, now), q: ready(safe, t0)},
 			events:  []audit.PolicyKey{p},
 			changed: []audit.PolicyKey{p},
 		},
 	}, {
 		name:     "an error alone makes a policy unsafe",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {safe, t0}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(safe, t0)},
 		sums:     map[audit.PolicyKey]results.Summary{p: erroring},
 		complete: true,
 		want: readinessDecision{
-			next:    map[audit.PolicyKey]policyReadiness{p: {erroring, now}},
+			next:    map[audit.PolicyKey]policyReadiness{p: ready(erroring, now)},
 			events:  []audit.PolicyKey{p},
 			changed: []audit.PolicyKey{p},
 		},
 	}, {
 		name:     "a policy becomes safe",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(failing, t0)},
 		sums:     map[audit.PolicyKey]results.Summary{p: safe},
 		complete: true,
 		want: readinessDecision{
-			next:    map[audit.PolicyKey]policyReadiness{p: {safe, now}},
+			next:    map[audit.PolicyKey]policyReadiness{p: ready(safe, now)},
 			events:  []audit.PolicyKey{p},
 			changed: []audit.PolicyKey{p},
 		},
 	}, {
 		name:     "a policy without results any more disappears, without an Event",
-		prev:     map[audit.PolicyKey]policyReadiness{p: {failing, t0}, q: {safe, t0}},
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(failing, t0), q: ready(safe, t0)},
 		sums:     map[audit.PolicyKey]results.Summary{q: safe},
 		complete: true,
 		want: readinessDecision{
-			next:    map[audit.PolicyKey]policyReadiness{q: {safe, t0}},
+			next:    map[audit.PolicyKey]policyReadiness{q: ready(safe, t0)},
 			changed: []audit.PolicyKey{p},
+		},
+	}, {
+		name:     "every result a skip: unknown, told as such",
+		prev:     map[audit.PolicyKey]policyReadiness{p: ready(safe, t0)},
+		sums:     map[audit.PolicyKey]results.Summary{p: skipping},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{p: ready(skipping, now)},
+			events:  []audit.PolicyKey{p},
+			changed: []audit.PolicyKey{p},
+		},
+	}, {
+		name:         "clean objects of a policy covering subresources: unknown, not safe",
+		prev:         map[audit.PolicyKey]policyReadiness{p: ready(safe, t0)},
+		sums:         map[audit.PolicyKey]results.Summary{p: safe, q: safe},
+		subresources: []string{"deployments/scale"},
+		complete:     true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{p: {summary: safe, safety: unknownScale, since: now}, q: ready(safe, now)},
+			events:  []audit.PolicyKey{q, p},
+			changed: []audit.PolicyKey{q, p},
 		},
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideReadiness(tc.prev, tc.sums, tc.complete, now)
+			got := decideReadiness(tc.prev, tc.sums, tc.complete, now, func(k audit.PolicyKey) []string {
+				if k == p {
+					return tc.subresources
+				}
+				return nil
+			})
+			for k, r := range got.next {
+				r.safety.Message = ""
+				got.next[k] = r
+			}
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Errorf("decideReadiness =\n %+v\nwant\n %+v", got, tc.want)
 			}
@@ -146,6 +196,8 @@ func TestReadinessCollector(t *testing.T) {
 	r.policies = map[audit.PolicyKey]policyReadiness{
 		audit.VAPKey("owners"):              {summary: results.Summary{Matched: 3, Violating: 1, Pass: 3, Fail: 1, Warn: 1, Skip: 2, Namespaces: map[string]int{"n": 2}}},
 		audit.CRDKey("widgets.example.com"): {summary: results.Summary{Matched: 3, Violating: 2, Pass: 2, Fail: 3, Namespaces: map[string]int{"m": 1, "n": 2}}},
+		audit.VAPKey("clean"):               {summary: results.Summary{Matched: 2, Pass: 2}, safety: results.Safety{Status: metav1.ConditionTrue}},
+		audit.VAPKey("skipped"):             {summary: results.Summary{Matched: 2, Skip: 2}, safety: results.Safety{Status: metav1.ConditionUnknown}},
 	}
 	want := `
 # HELP celaudit_namespace_violations Fail and warn results of all policies in a namespace ("" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.
@@ -154,27 +206,43 @@ celaudit_namespace_violations{namespace="m"} 1
 celaudit_namespace_violations{namespace="n"} 4
 # HELP celaudit_policy_matched_objects Objects with at least one result of the policy, at the last complete audit.
 # TYPE celaudit_policy_matched_objects gauge
+celaudit_policy_matched_objects{policy="clean",source="vap"} 2
 celaudit_policy_matched_objects{policy="owners",source="vap"} 3
+celaudit_policy_matched_objects{policy="skipped",source="vap"} 2
 celaudit_policy_matched_objects{policy="widgets.example.com",source="crd"} 3
 # HELP celaudit_policy_results Results of each policy by verdict, at the last complete audit.
 # TYPE celaudit_policy_results gauge
+celaudit_policy_results{policy="clean",result="error",source="vap"} 0
+celaudit_policy_results{policy="clean",result="fail",source="vap"} 0
+celaudit_policy_results{policy="clean",result="pass",source="vap"} 2
+celaudit_policy_results{policy="clean",result="skip",source="vap"} 0
+celaudit_policy_results{policy="clean",result="warn",source="vap"} 0
 celaudit_policy_results{policy="owners",result="error",source="vap"} 0
 celaudit_policy_results{policy="owners",result="fail",source="vap"} 1
 celaudit_policy_results{policy="owners",result="pass",source="vap"} 3
 celaudit_policy_results{policy="owners",result="skip",source="vap"} 2
 celaudit_policy_results{policy="owners",result="warn",source="vap"} 1
+celaudit_policy_results{policy="skipped",result="error",source="vap"} 0
+celaudit_policy_results{policy="skipped",result="fail",source="vap"} 0
+celaudit_policy_results{policy="skipped",result="pass",source="vap"} 0
+celaudit_policy_results{policy="skipped",result="skip",source="vap"} 2
+celaudit_policy_results{policy="skipped",result="warn",source="vap"} 0
 celaudit_policy_results{policy="widgets.example.com",result="error",source="crd"} 0
 celaudit_policy_results{policy="widgets.example.com",result="fail",source="crd"} 3
 celaudit_policy_results{policy="widgets.example.com",result="pass",source="crd"} 2
 celaudit_policy_results{policy="widgets.example.com",result="skip",source="crd"} 0
 celaudit_policy_results{policy="widgets.example.com",result="warn",source="crd"} 0
-# HELP celaudit_policy_safe_to_enforce 1 when no object the policy covers fails, warns or errors at the last complete audit, else 0.
+# HELP celaudit_policy_safe_to_enforce 1 when the policy is safe to enforce at the last complete audit: it judged objects and none fails, warns or errors; else 0 (violations, or nothing judged, skips, subresources, unreadable resources).
 # TYPE celaudit_policy_safe_to_enforce gauge
+celaudit_policy_safe_to_enforce{policy="clean",source="vap"} 1
 celaudit_policy_safe_to_enforce{policy="owners",source="vap"} 0
+celaudit_policy_safe_to_enforce{policy="skipped",source="vap"} 0
 celaudit_policy_safe_to_enforce{policy="widgets.example.com",source="crd"} 0
 # HELP celaudit_policy_violating_objects Objects with at least one fail or warn result of the policy, at the last complete audit.
 # TYPE celaudit_policy_violating_objects gauge
+celaudit_policy_violating_objects{policy="clean",source="vap"} 0
 celaudit_policy_violating_objects{policy="owners",source="vap"} 1
+celaudit_policy_violating_objects{policy="skipped",source="vap"} 0
 celaudit_policy_violating_objects{policy="widgets.example.com",source="crd"} 2
 `
 	if err := testutil.CollectAndCompare(newReadinessCollector(r), strings.NewReader(want)); err != nil {
@@ -257,8 +325,8 @@ func TestReadinessLoop(t *testing.T) {
 		}
 	}
 	p, a := audit.VAPKey("p"), audit.AuditPolicyKey("a")
-	failing := results.Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}
-	passing := results.Summary{Matched: 2, Pass: 2}
+	failing := results.Summary{Matched: 2, Judged: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}
+	passing := results.Summary{Matched: 2, Judged: 2, Pass: 2}
 
 	// The first change after a quiet period is computed at once: an Event for the VAP, none for the
 	// AuditPolicy, which has no object Events are recorded on.

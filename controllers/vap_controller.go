@@ -19,12 +19,16 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/engine"
@@ -34,6 +38,10 @@ import (
 
 // bindingPolicyField indexes bindings by the policy they bind.
 const bindingPolicyField = "spec.policyName"
+
+// controllingAuditPolicyField indexes ValidatingAdmissionPolicies by the AuditPolicy their controller
+// ownerReference names, so that an AuditPolicy appearing or disappearing reconciles the policies it may own.
+const controllingAuditPolicyField = "auditPolicyController"
 
 // vapReconciler keeps one audit policy per ValidatingAdmissionPolicy registered with the scan engine: the
 // policy compiled once per uid and generation, bound to its bindings and to the served resources. A binding
@@ -55,6 +63,8 @@ type vapReconciler struct {
 	Clock   clock.PassiveClock
 	// Warnings records the Warning Events of policies that do not compile and of bindings that bind nothing.
 	Warnings *warnings
+	// AuditPolicies says whether the AuditPolicy CRD is installed: only then can an AuditPolicy own a policy.
+	AuditPolicies bool
 
 	mu     sync.Mutex
 	state  map[audit.PolicyKey]*vapState // ValidatingAdmissionPolicies, and the AuditPolicies that stand for one
@@ -96,7 +106,11 @@ func (r *vapReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 		}
 		return ctrl.Result{}, fmt.Errorf("getting ValidatingAdmissionPolicy %s: %w", req.Name, err)
 	}
-	if owner := policy.Labels[auditpolicy.LabelAuditPolicy]; owner != "" {
+	owned, err := r.ownedByAuditPolicy(ctx, policy)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if owned {
 		// Registered for an AuditPolicy: audited under the AuditPolicy's name, not twice.
 		return ctrl.Result{}, r.remove(ctx, audit.VAPKey(req.Name))
 	}
@@ -109,6 +123,25 @@ func (r *vapReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.R
 	}
 	res, _, err := r.register(ctx, audit.VAPKey(policy.Name), policy, bindings.Items, false)
 	return res, err
+}
+
+// ownedByAuditPolicy reports whether policy is the one celaudit registered for an AuditPolicy: its controller
+// ownerReference names an AuditPolicy that exists with that uid. Any other policy is audited as itself, one
+// that claims an AuditPolicy by a label or a reference to one that is gone included: labels and references
+// are written by whoever writes the policy, and a policy must not hide from the audit by claiming an owner.
+func (r *vapReconciler) ownedByAuditPolicy(ctx context.Context, policy *admissionregistrationv1.ValidatingAdmissionPolicy) (bool, error) {
+	ref := auditpolicy.ControllerOf(policy)
+	if ref == nil || !r.AuditPolicies {
+		return false, nil
+	}
+	ap := &v1alpha1.AuditPolicy{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Name: ref.Name}, ap); err != nil {
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("getting AuditPolicy %s, the controller of ValidatingAdmissionPolicy %s: %w", ref.Name, policy.Name, err)
+	}
+	return ap.UID == ref.UID, nil
 }
 
 // register compiles (when its uid, generation or celaudit annotations changed) and binds policy, whose results
@@ -188,6 +221,14 @@ func (r *vapReconciler) register(ctx context.Context, key audit.PolicyKey, polic
 		r.Registry.SetPolicy(p)
 	}
 	return requeueIn(interval, now.Sub(next.scanned)), next.compiled, nil
+}
+
+// subresources returns the subresources the registered policy of key covers, which no audit judges.
+func (r *vapReconciler) subresources(key audit.PolicyKey) []string {
+	if st := r.lookup(key); st != nil && st.policy != nil {
+		return st.policy.Subresources()
+	}
+	return nil
 }
 
 func (r *vapReconciler) lookup(key audit.PolicyKey) *vapState {
@@ -376,10 +417,45 @@ func (r *vapReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 			go r.enqueueAllOnRebind(ctx, q)
 			return nil
 		}))
+	if r.AuditPolicies {
+		if err := r.watchOwners(mgr, b); err != nil {
+			return err
+		}
+	}
 	for _, o := range opts {
 		b = o(b)
 	}
 	return b.Complete(r)
+}
+
+// watchOwners reconciles the policies whose controller ownerReference names an AuditPolicy whenever one of
+// that name is created or deleted: whether they are owned, and so audited under the AuditPolicy, changes.
+func (r *vapReconciler) watchOwners(mgr ctrl.Manager, b *ctrl.Builder) error {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &admissionregistrationv1.ValidatingAdmissionPolicy{}, controllingAuditPolicyField,
+		func(o client.Object) []string {
+			if ref := auditpolicy.ControllerOf(o); ref != nil {
+				return []string{ref.Name}
+			}
+			return nil
+		}); err != nil {
+		return fmt.Errorf("indexing policies by controlling AuditPolicy: %w", err)
+	}
+	toClaimed := handler.EnqueueRequestsFromMapFunc(func(ctx context.Context, o client.Object) []reconcile.Request {
+		policies := &admissionregistrationv1.ValidatingAdmissionPolicyList{}
+		if err := r.Client.List(ctx, policies, client.MatchingFields{controllingAuditPolicyField: o.GetName()}); err != nil {
+			ctrl.LoggerFrom(ctx).Error(err, "Listing the policies an AuditPolicy may own failed", "auditPolicy", o.GetName())
+			return nil
+		}
+		out := make([]reconcile.Request, 0, len(policies.Items))
+		for _, p := range policies.Items {
+			out = append(out, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+		return out
+	})
+	b.Watches(&v1alpha1.AuditPolicy{}, toClaimed, builder.WithPredicates(predicate.Funcs{
+		UpdateFunc: func(event.UpdateEvent) bool { return false },
+	}))
+	return nil
 }
 
 func (r *vapReconciler) enqueueAllOnRebind(ctx context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) {

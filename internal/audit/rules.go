@@ -1,6 +1,7 @@
 package audit
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 )
@@ -14,7 +15,42 @@ const (
 	RuleRead = "read"
 	// RuleInternal names the error result of a policy that panicked evaluating an object.
 	RuleInternal = "internal"
+	// RuleConfiguration names a configuration error of a ValidatingAdmissionPolicy (its paramKind, its
+	// matchConstraints) or of a binding (a param not found): under failurePolicy Fail the API server denies
+	// every request the policy matches, whatever the binding's validationActions.
+	RuleConfiguration = "configuration"
 )
+
+// RuleMatchConditions names the results of a ValidatingAdmissionPolicy's matchConditions: their errors, and
+// the skips of the objects they exclude or cannot decide on.
+const RuleMatchConditions = "matchConditions"
+
+// The message of the skip of an object a matchCondition excludes, around the condition's name.
+const (
+	excludedPrefix = "not evaluated: matchCondition "
+	excludedSuffix = " is false for this object"
+)
+
+// MatchConditionFalse returns the message of the skip of an object the matchCondition named name excludes: the
+// API server admits such a request without evaluating the validations.
+func MatchConditionFalse(name string) string {
+	return fmt.Sprintf("%s%q%s", excludedPrefix, name, excludedSuffix)
+}
+
+// Excluded reports whether a result is the skip of an object a matchCondition excludes (MatchConditionFalse).
+// Such an object is judged: the API server would admit it. Other skips are of what an audit cannot decide
+// (a rule that reads the request, a binding that applies on DELETE only).
+func Excluded(verdict Verdict, rule, message string) bool {
+	return verdict == Skip && IsRule(rule, RuleMatchConditions) &&
+		strings.HasPrefix(message, excludedPrefix) && strings.HasSuffix(message, excludedSuffix)
+}
+
+// IsRule reports whether the published rule name name is the rule base: base itself, qualified (see RuleName)
+// or numbered (see DistinctRules).
+func IsRule(name, base string) bool {
+	rest, ok := strings.CutPrefix(name, base)
+	return ok && (rest == "" || strings.HasPrefix(rest, " (") || strings.HasPrefix(rest, " #"))
+}
 
 // RuleName returns the name a result is published under: base, the rule of the policy, followed by the
 // qualifiers that tell apart the results base can give on one object, in parentheses and in order, e.g.

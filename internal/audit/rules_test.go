@@ -49,3 +49,42 @@ func TestDistinctRules(t *testing.T) {
 		})
 	}
 }
+
+func TestIsRule(t *testing.T) {
+	cases := []struct {
+		name, base string
+		want       bool
+	}{
+		{"configuration", "configuration", true},
+		{"configuration (binding b, param n/x)", "configuration", true},
+		{"configuration #2", "configuration", true},
+		{"configurations", "configuration", false},
+		{"validations[0] (configuration)", "configuration", false},
+		{"", "configuration", false},
+	}
+	for _, tc := range cases {
+		if got := IsRule(tc.name, tc.base); got != tc.want {
+			t.Errorf("IsRule(%q, %q) = %v, want %v", tc.name, tc.base, got, tc.want)
+		}
+	}
+}
+
+func TestExcluded(t *testing.T) {
+	cases := []struct {
+		name          string
+		verdict       Verdict
+		rule, message string
+		want          bool
+	}{
+		{"a false matchCondition", Skip, RuleMatchConditions, MatchConditionFalse("not-system"), true},
+		{"qualified", Skip, RuleName(RuleMatchConditions, "binding b"), MatchConditionFalse("c"), true},
+		{"undecidable matchConditions", Skip, RuleMatchConditions, "not evaluated: matchConditions read request.userInfo", false},
+		{"a skip of a validation", Skip, "validations[0]", MatchConditionFalse("c"), false},
+		{"an error of matchConditions", Error, RuleMatchConditions, MatchConditionFalse("c"), false},
+	}
+	for _, tc := range cases {
+		if got := Excluded(tc.verdict, tc.rule, tc.message); got != tc.want {
+			t.Errorf("%s: Excluded = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
@@ -15,9 +16,12 @@ import (
 const (
 	// NamePrefix starts the name of the ValidatingAdmissionPolicy and binding of an AuditPolicy.
 	NamePrefix = "celaudit-"
-	// LabelAuditPolicy marks the ValidatingAdmissionPolicy and binding celaudit registers for an AuditPolicy;
-	// its value is the AuditPolicy's name. celaudit audits such a policy under the AuditPolicy's name only.
+	// LabelAuditPolicy is on the ValidatingAdmissionPolicy and binding celaudit registers for an AuditPolicy;
+	// its value is the AuditPolicy's name. It is for selecting them only: anyone who may edit an object may
+	// edit its labels, so what celaudit owns is decided by the controller ownerReference (see ControllerOf).
 	LabelAuditPolicy = "audit.celaudit.io/auditpolicy"
+	// kindAuditPolicy is the kind an owner reference to an AuditPolicy names.
+	kindAuditPolicy = "AuditPolicy"
 	// AnnotationDescription carries spec.description on the registered policy.
 	AnnotationDescription = "audit.celaudit.io/description"
 )
@@ -120,7 +124,7 @@ func Owned(ap *v1alpha1.AuditPolicy, ex Exemptions) Admission {
 	ex.apply(a, true)
 	owner := metav1.OwnerReference{
 		APIVersion: v1alpha1.GroupVersion.String(),
-		Kind:       "AuditPolicy",
+		Kind:       kindAuditPolicy,
 		Name:       ap.Name,
 		UID:        ap.UID,
 		Controller: ptr.To(true),
@@ -130,6 +134,35 @@ func Owned(ap *v1alpha1.AuditPolicy, ex Exemptions) Admission {
 		m.OwnerReferences = []metav1.OwnerReference{owner}
 	}
 	return a
+}
+
+// ControllerOf returns obj's controller ownerReference when it names an AuditPolicy, nil otherwise. The
+// AuditPolicy owns obj only if it exists with the reference's UID: a reference is as easy to write as a label,
+// so the caller checks (see OwnerAmong, metav1.IsControlledBy).
+func ControllerOf(obj metav1.Object) *metav1.OwnerReference {
+	ref := metav1.GetControllerOfNoCopy(obj)
+	if ref == nil || ref.Kind != kindAuditPolicy {
+		return nil
+	}
+	if gv, err := schema.ParseGroupVersion(ref.APIVersion); err != nil || gv.Group != v1alpha1.GroupVersion.Group {
+		return nil
+	}
+	return ref
+}
+
+// OwnerAmong returns the AuditPolicy of aps that owns obj: the one its controller ownerReference names by
+// UID. nil when none does.
+func OwnerAmong(obj metav1.Object, aps []*v1alpha1.AuditPolicy) *v1alpha1.AuditPolicy {
+	ref := ControllerOf(obj)
+	if ref == nil {
+		return nil
+	}
+	for _, ap := range aps {
+		if ap.UID == ref.UID && ap.Name == ref.Name {
+			return ap
+		}
+	}
+	return nil
 }
 
 // FromAdmission returns the AuditPolicy named name that stands for policy and binding (the binding may be

@@ -6,6 +6,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
@@ -125,5 +126,37 @@ func TestOwned(t *testing.T) {
 		if m.Labels[report.ManagedByLabel] != report.ManagedByValue {
 			t.Errorf("%s labels = %v", m.Name, m.Labels)
 		}
+	}
+}
+
+func TestOwnerAmong(t *testing.T) {
+	a := &v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "uid-a"}}
+	b := &v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "b", UID: "uid-b"}}
+	aps := []*v1alpha1.AuditPolicy{a, b}
+	ref := func(apiVersion, kind, name, uid string, controller bool) metav1.OwnerReference {
+		return metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(uid), Controller: ptr.To(controller)}
+	}
+	cases := []struct {
+		name   string
+		labels map[string]string
+		refs   []metav1.OwnerReference
+		want   *v1alpha1.AuditPolicy
+	}{
+		{name: "the pair celaudit registers", refs: Owned(b, Exemptions{}).Policy.OwnerReferences, want: b},
+		{name: "a label alone owns nothing", labels: map[string]string{LabelAuditPolicy: "a"}},
+		{name: "a reference to a gone AuditPolicy of that name", refs: []metav1.OwnerReference{ref("audit.celaudit.io/v1alpha1", "AuditPolicy", "a", "uid-old", true)}},
+		{name: "a reference naming another's uid", refs: []metav1.OwnerReference{ref("audit.celaudit.io/v1alpha1", "AuditPolicy", "a", "uid-b", true)}},
+		{name: "not the controller", refs: []metav1.OwnerReference{ref("audit.celaudit.io/v1alpha1", "AuditPolicy", "a", "uid-a", false)}},
+		{name: "another group's AuditPolicy", refs: []metav1.OwnerReference{ref("example.com/v1", "AuditPolicy", "a", "uid-a", true)}},
+		{name: "a label and the reference of another", labels: map[string]string{LabelAuditPolicy: "b"},
+			refs: []metav1.OwnerReference{ref("audit.celaudit.io/v1alpha1", "AuditPolicy", "a", "uid-a", true)}, want: a},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := &admissionregistrationv1.ValidatingAdmissionPolicy{ObjectMeta: metav1.ObjectMeta{Name: "celaudit-a", Labels: tc.labels, OwnerReferences: tc.refs}}
+			if got := OwnerAmong(obj, aps); got != tc.want {
+				t.Errorf("OwnerAmong = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -27,6 +28,8 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
 )
 
@@ -55,9 +58,15 @@ type PolicySummary struct {
 	Warn    int64  `json:"warn"`
 	Error   int64  `json:"error"`
 	Skip    int64  `json:"skip"`
-	// SafeToEnforce: no fail, warn or error among the objects the policy matches.
-	SafeToEnforce bool `json:"safeToEnforce"`
+	// SafeToEnforce is True when the policy judged objects and none fails, warns or errors, False when some
+	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why.
+	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce"`
+	SafeToEnforceReason string                 `json:"safeToEnforceReason,omitempty"`
 }
+
+// SafetyPassesNotListed is the reason of a policy whose safety summary cannot tell: the reports only count
+// passes, so whether the policy judged any object is not known.
+const SafetyPassesNotListed = "PassesNotListed"
 
 // SummaryList is the -o json form of summary.
 type SummaryList struct {
@@ -73,6 +82,8 @@ type summaryInputs struct {
 	// policies are the CRDs with validation rules and the bound ValidatingAdmissionPolicies celaudit audits,
 	// listed even when no report lists a result of theirs.
 	policies []audit.PolicyKey
+	// subresources are the subresources each ValidatingAdmissionPolicy covers, which no audit judges.
+	subresources map[audit.PolicyKey][]string
 }
 
 func newSummaryCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
@@ -82,8 +93,10 @@ func newSummaryCommand(flags *genericclioptions.ConfigFlags, streams genericioop
 		Short: "Per policy, the results in celaudit's reports and whether it is safe to enforce",
 		Long: `summary reads celaudit's PolicyReports and ClusterPolicyReports (all namespaces, or the one given with
 -n), the AuditPolicies' status, and the cluster's CRDs and ValidatingAdmissionPolicies, and prints per
-policy the objects it matches and its results. A policy is safe to enforce when none of its results is a
-fail, warn or error.
+policy the objects it matches and its results. A policy is safe to enforce (True) when it judged objects
+and none of its results is a fail, warn or error; False when some is; Unknown when it cannot be told: it
+judged nothing, some results are skips or about a resource it cannot read, it covers subresources, or the
+reports do not list passes.
 
 Pass and matched counts are exact for AuditPolicies and when the reports list passes (the operator's
 --report-results includes pass); otherwise the reports only count passes in their summary and they are shown
@@ -171,20 +184,38 @@ func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace 
 	if in.auditPolicies, err = listTyped[v1alpha1.AuditPolicy](ctx, client, auditPoliciesGVR, "", metav1.ListOptions{}); err != nil {
 		return in, err
 	}
-	bound := map[string]bool{}
+	bound := map[string][]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	err = listAll(ctx, client, vapBindingsGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
-		if name, _, _ := unstructured.NestedString(u.Object, "spec", "policyName"); name != "" {
-			bound[name] = true
+		b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		if err := convertInto(u, b); err != nil {
+			return err
+		}
+		if b.Spec.PolicyName != "" {
+			bound[b.Spec.PolicyName] = append(bound[b.Spec.PolicyName], b)
 		}
 		return nil
 	})
 	if err != nil {
 		return in, err
 	}
+	aps := make([]*v1alpha1.AuditPolicy, len(in.auditPolicies))
+	for i := range in.auditPolicies {
+		aps[i] = &in.auditPolicies[i]
+	}
+	in.subresources = map[audit.PolicyKey][]string{}
 	err = listAll(ctx, client, vapsGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
-		// The pairs celaudit registers for AuditPolicies are reported under the AuditPolicy.
-		if bound[u.GetName()] && u.GetLabels()[auditpolicy.LabelAuditPolicy] == "" {
-			in.policies = append(in.policies, audit.VAPKey(u.GetName()))
+		// The pairs celaudit registers for AuditPolicies are reported under the AuditPolicy that owns them.
+		if len(bound[u.GetName()]) == 0 || auditpolicy.OwnerAmong(u, aps) != nil {
+			return nil
+		}
+		p := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		if err := convertInto(u, p); err != nil {
+			return err
+		}
+		key := audit.VAPKey(u.GetName())
+		in.policies = append(in.policies, key)
+		if subs := vap.CoveredSubresources(p, bound[u.GetName()]); len(subs) > 0 {
+			in.subresources[key] = subs
 		}
 		return nil
 	})
@@ -223,24 +254,24 @@ func summarize(in summaryInputs) SummaryList {
 	for i := range in.auditPolicies {
 		aps[in.auditPolicies[i].Name] = &in.auditPolicies[i]
 	}
-	counts := map[audit.PolicyKey]map[audit.Verdict]int64{}
-	add := func(k audit.PolicyKey) map[audit.Verdict]int64 {
+	counts := map[audit.PolicyKey]*results.Summary{}
+	add := func(k audit.PolicyKey) *results.Summary {
 		if counts[k] == nil {
-			counts[k] = map[audit.Verdict]int64{}
+			counts[k] = &results.Summary{}
 		}
 		return counts[k]
 	}
 	var out SummaryList
 	passesListed := true
-	visit := func(summary v1alpha2.PolicyReportSummary, results []v1alpha2.PolicyReportResult) {
+	visit := func(summary v1alpha2.PolicyReportSummary, listed []v1alpha2.PolicyReportResult) {
 		var listedPasses int64
-		for i := range results {
-			r := &results[i]
+		for i := range listed {
+			r := &listed[i]
 			v := audit.Verdict(r.Result)
 			if v == audit.Pass {
 				listedPasses++
 			}
-			add(sourceOf(r, aps))[v]++
+			countResult(add(sourceOf(r, aps)), r)
 		}
 		if unlisted := int64(summary.Pass) - listedPasses; unlisted > 0 {
 			out.UnlistedPasses += unlisted
@@ -263,26 +294,70 @@ func summarize(in summaryInputs) SummaryList {
 			continue // from its status below
 		}
 		s := PolicySummary{Source: k.Source, Policy: k.Name,
-			Fail: c[audit.Fail], Warn: c[audit.Warn], Error: c[audit.Error], Skip: c[audit.Skip]}
+			Fail: int64(c.Fail), Warn: int64(c.Warn), Error: int64(c.Error), Skip: int64(c.Skip)}
 		if passesListed {
-			pass := c[audit.Pass]
-			matched := pass + s.Fail + s.Warn + s.Error + s.Skip
+			pass, matched := int64(c.Pass), int64(c.Pass)+s.Fail+s.Warn+s.Error+s.Skip
 			s.Pass, s.Matched = &pass, &matched
 		}
-		s.SafeToEnforce = s.Fail == 0 && s.Warn == 0 && s.Error == 0
+		safety := results.SafetyOf(*c, true, in.subresources[k])
+		if !passesListed && safety.Reason == results.SafetyNothingJudged {
+			// The passes are there, uncounted by policy: the policy may well have judged objects.
+			safety.Reason = SafetyPassesNotListed
+		}
+		s.SafeToEnforce, s.SafeToEnforceReason = safety.Status, safety.Reason
 		out.Policies = append(out.Policies, s)
 	}
 	for _, ap := range aps {
 		st := ap.Status
 		s := PolicySummary{Source: audit.SourceAuditPolicy, Policy: ap.Name,
-			Matched: &st.Matched, Pass: &st.Pass, Fail: st.Fail, Warn: st.Warn, Error: st.Error, Skip: st.Skip}
-		s.SafeToEnforce = s.Fail == 0 && s.Warn == 0 && s.Error == 0 && st.LastAuditTime != nil
+			Matched: &st.Matched, Pass: &st.Pass, Fail: st.Fail, Warn: st.Warn, Error: st.Error, Skip: st.Skip,
+			SafeToEnforce: metav1.ConditionUnknown, SafeToEnforceReason: results.SafetyAuditPending}
+		// The operator's answer, when it is about this generation.
+		if c := meta.FindStatusCondition(st.Conditions, v1alpha1.ConditionSafeToEnforce); c != nil && c.ObservedGeneration == ap.Generation {
+			s.SafeToEnforce, s.SafeToEnforceReason = c.Status, c.Reason
+		}
 		out.Policies = append(out.Policies, s)
 	}
 	slices.SortFunc(out.Policies, func(a, b PolicySummary) int {
 		return audit.PolicyKey{Source: a.Source, Name: a.Policy}.Compare(audit.PolicyKey{Source: b.Source, Name: b.Policy})
 	})
 	return out
+}
+
+// countResult counts a listed result into the summary of its policy. Matched and Judged count the listed
+// results about an object (Judged those that are no skip); a result about no object (a resource that cannot
+// be read) counts in Resources.
+func countResult(s *results.Summary, r *v1alpha2.PolicyReportResult) {
+	v := audit.Verdict(r.Result)
+	switch {
+	case len(r.Resources) == 0:
+		s.Resources++
+		if v == audit.Error {
+			s.ResourceErrors++
+		}
+	case v == audit.Skip:
+		s.Matched++
+		if audit.Excluded(v, r.Rule, r.Message) {
+			s.Excluded++
+		}
+	default:
+		s.Matched++
+		s.Judged++
+	}
+	switch v {
+	case audit.Pass:
+		s.Pass++
+	case audit.Fail:
+		s.Fail++
+		s.Violating++
+	case audit.Warn:
+		s.Warn++
+		s.Violating++
+	case audit.Error:
+		s.Error++
+	case audit.Skip:
+		s.Skip++
+	}
 }
 
 // sourceOf tells which kind of policy produced a listed result.
@@ -314,7 +389,7 @@ func printJSON(w io.Writer, v any) error {
 
 func printSummaryTable(w io.Writer, list SummaryList) error {
 	tw := printers.GetNewTabWriter(w)
-	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tSAFE TO ENFORCE")
+	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tSAFE TO ENFORCE\tREASON")
 	opt := func(n *int64) string {
 		if n == nil {
 			return "-"
@@ -322,8 +397,8 @@ func printSummaryTable(w io.Writer, list SummaryList) error {
 		return strconv.FormatInt(*n, 10)
 	}
 	for _, s := range list.Policies {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%t\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
-			s.Fail, s.Warn, s.Error, s.Skip, s.SafeToEnforce)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
+			s.Fail, s.Warn, s.Error, s.Skip, s.SafeToEnforce, s.SafeToEnforceReason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
@@ -15,8 +16,16 @@ import (
 	"github.com/celaudit/celaudit/internal/report"
 )
 
-// result builds a listed report result of policy with the given verdict and properties (key, value pairs).
+// result builds a listed report result about an object of policy with the given verdict and properties (key,
+// value pairs).
 func result(policy string, v audit.Verdict, props ...string) v1alpha2.PolicyReportResult {
+	r := wholeResource(policy, v, props...)
+	r.Resources = []corev1.ObjectReference{{APIVersion: "v1", Kind: "ConfigMap", Name: "c", UID: "uid-c"}}
+	return r
+}
+
+// wholeResource builds a listed report result about no object (a resource that cannot be read).
+func wholeResource(policy string, v audit.Verdict, props ...string) v1alpha2.PolicyReportResult {
 	r := v1alpha2.PolicyReportResult{Policy: policy, Result: v1alpha2.PolicyResult(v), Properties: map[string]string{}}
 	for i := 0; i+1 < len(props); i += 2 {
 		r.Properties[props[i]] = props[i+1]
@@ -52,8 +61,12 @@ func TestSummarize(t *testing.T) {
 	ap := func(v audit.Verdict) v1alpha2.PolicyReportResult {
 		return result("team", v, audit.PropBinding, "celaudit-team")
 	}
-	audited := v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Status: v1alpha1.AuditPolicyStatus{
+	audited := v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Generation: 2}, Status: v1alpha1.AuditPolicyStatus{
 		Matched: 7, Pass: 5, Warn: 2, LastAuditTime: &metav1.Time{Time: time.Unix(1, 0)},
+		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionFalse, Reason: "Violations", ObservedGeneration: 2}},
+	}}
+	edited := v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "edited", Generation: 3}, Status: v1alpha1.AuditPolicyStatus{
+		Matched: 7, Pass: 7, Conditions: []metav1.Condition{{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionTrue, Reason: "NoViolations", ObservedGeneration: 2}},
 	}}
 	for _, tc := range []struct {
 		name string
@@ -71,9 +84,22 @@ func TestSummarize(t *testing.T) {
 					Results: []v1alpha2.PolicyReportResult{crd(audit.Pass)}}},
 			}, policies: []audit.PolicyKey{audit.VAPKey("quiet")}},
 			want: SummaryList{Policies: []PolicySummary{
-				{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
-				{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](5), Pass: ptr.To[int64](3), Error: 1, Skip: 1},
-				{Source: audit.SourceVAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), SafeToEnforce: true},
+				{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1,
+					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+				{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](5), Pass: ptr.To[int64](3), Error: 1, Skip: 1,
+					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+				{Source: audit.SourceVAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0),
+					SafeToEnforce: "Unknown", SafeToEnforceReason: "NothingJudged"},
+			}},
+		},
+		{
+			name: "passes listed: judged and clean, unless it covers subresources",
+			in: summaryInputs{reports: report.Reports{
+				PolicyReports: []v1alpha2.PolicyReport{policyReport("a", 2, vap(audit.Pass), result("scale", audit.Pass, audit.PropBinding, "scale"))},
+			}, subresources: map[audit.PolicyKey][]string{audit.VAPKey("scale"): {"deployments/scale"}}},
+			want: SummaryList{Policies: []PolicySummary{
+				{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](1), Pass: ptr.To[int64](1), SafeToEnforce: "True", SafeToEnforceReason: "NoViolations"},
+				{Source: audit.SourceVAP, Policy: "scale", Matched: ptr.To[int64](1), Pass: ptr.To[int64](1), SafeToEnforce: "Unknown", SafeToEnforceReason: "Subresources"},
 			}},
 		},
 		{
@@ -82,24 +108,30 @@ func TestSummarize(t *testing.T) {
 				reports: report.Reports{PolicyReports: []v1alpha2.PolicyReport{
 					policyReport("a", 9, vap(audit.Warn), ap(audit.Warn), ap(audit.Warn)),
 				}},
-				auditPolicies: []v1alpha1.AuditPolicy{audited, {ObjectMeta: metav1.ObjectMeta{Name: "new"}}},
+				auditPolicies: []v1alpha1.AuditPolicy{audited, edited, {ObjectMeta: metav1.ObjectMeta{Name: "new"}}},
+				policies:      []audit.PolicyKey{audit.VAPKey("quiet")},
 			},
 			want: SummaryList{UnlistedPasses: 9, Policies: []PolicySummary{
-				{Source: audit.SourceAuditPolicy, Policy: "new", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0)},
-				{Source: audit.SourceAuditPolicy, Policy: "team", Matched: ptr.To[int64](7), Pass: ptr.To[int64](5), Warn: 2},
-				{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
+				{Source: audit.SourceAuditPolicy, Policy: "edited", Matched: ptr.To[int64](7), Pass: ptr.To[int64](7), SafeToEnforce: "Unknown", SafeToEnforceReason: "AuditPending"},
+				{Source: audit.SourceAuditPolicy, Policy: "new", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), SafeToEnforce: "Unknown", SafeToEnforceReason: "AuditPending"},
+				{Source: audit.SourceAuditPolicy, Policy: "team", Matched: ptr.To[int64](7), Pass: ptr.To[int64](5), Warn: 2, SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+				{Source: audit.SourceVAP, Policy: "owner", Warn: 1, SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+				{Source: audit.SourceVAP, Policy: "quiet", SafeToEnforce: "Unknown", SafeToEnforceReason: "PassesNotListed"},
 			}},
 		},
 		{
 			// Without its AuditPolicy (deleted since), a pair's results are a VAP's.
 			name: "results of a binding named like an AuditPolicy's pair",
 			in: summaryInputs{reports: report.Reports{PolicyReports: []v1alpha2.PolicyReport{
-				policyReport("a", 0, ap(audit.Fail), result("cannot-read", audit.Error), result("gadgets.example.com", audit.Error)),
+				policyReport("a", 0, ap(audit.Fail), wholeResource("cannot-read", audit.Error), wholeResource("gadgets.example.com", audit.Error)),
 			}}},
 			want: SummaryList{Policies: []PolicySummary{
-				{Source: audit.SourceCRD, Policy: "gadgets.example.com", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
-				{Source: audit.SourceVAP, Policy: "cannot-read", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
-				{Source: audit.SourceVAP, Policy: "team", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Fail: 1},
+				{Source: audit.SourceCRD, Policy: "gadgets.example.com", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1,
+					SafeToEnforce: "Unknown", SafeToEnforceReason: "ResourcesNotJudged"},
+				{Source: audit.SourceVAP, Policy: "cannot-read", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1,
+					SafeToEnforce: "Unknown", SafeToEnforceReason: "ResourcesNotJudged"},
+				{Source: audit.SourceVAP, Policy: "team", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Fail: 1,
+					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
 			}},
 		},
 	} {
@@ -115,15 +147,15 @@ func TestSummarize(t *testing.T) {
 func TestSummaryTable(t *testing.T) {
 	var buf bytes.Buffer
 	err := printSummaryTable(&buf, SummaryList{UnlistedPasses: 3, Policies: []PolicySummary{
-		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
-		{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
+		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1, SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+		{Source: audit.SourceVAP, Policy: "owner", SafeToEnforce: "Unknown", SafeToEnforceReason: "PassesNotListed"},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `SOURCE   POLICY                MATCHED   PASS   FAIL   WARN   ERROR   SKIP   SAFE TO ENFORCE
-crd      widgets.example.com   3         2      1      0      0       0      false
-vap      owner                 -         -      0      1      0       0      false
+	want := `SOURCE   POLICY                MATCHED   PASS   FAIL   WARN   ERROR   SKIP   SAFE TO ENFORCE   REASON
+crd      widgets.example.com   3         2      1      0      0       0      False             Violations
+vap      owner                 -         -      0      0      0       0      Unknown           PassesNotListed
 
 3 passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.
 `

@@ -401,9 +401,10 @@ func checkAgainstModel(t *testing.T, when string, s *Store, keepPasses bool, nam
 		objects[ObjectKey{GVR: gvr, UID: types.UID(uid)}] = true
 		sum := sums[audit.VAPKey(policy)]
 		sum.Matched++
-		allPass, violations := true, 0
+		allPass, violations, judged := true, 0, false
 		for _, r := range res {
 			counts[r.Verdict]++
+			judged = judged || r.Verdict != audit.Skip
 			switch r.Verdict {
 			case audit.Pass:
 				sum.Pass++
@@ -422,6 +423,9 @@ func checkAgainstModel(t *testing.T, when string, s *Store, keepPasses bool, nam
 			if r.Verdict == audit.Fail || r.Verdict == audit.Warn {
 				violations++
 			}
+		}
+		if judged {
+			sum.Judged++
 		}
 		if violations > 0 {
 			sum.Violating++

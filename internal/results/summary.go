@@ -11,12 +11,27 @@ import (
 // Summary is what one policy currently decides across the objects it covers. An object read in several
 // versions of its resource (a CRD serving two versions with a schema each) counts once per version.
 type Summary struct {
-	// Matched is the number of objects with at least one result of the policy.
+	// Matched is the number of objects with at least one result of the policy. Results about a whole
+	// resource are about no object: they are counted in Resources, not here.
 	Matched int
+	// Judged is the number of objects with at least one result other than a skip: objects the policy's
+	// validations were evaluated on.
+	Judged int
 	// Violating is the number of objects with at least one fail or warn result of the policy.
 	Violating int
-	// Results by verdict, compacted passes included.
+	// Results by verdict, compacted passes and results about whole resources included.
 	Pass, Fail, Warn, Error, Skip int
+	// Excluded is the number of skips of objects a matchCondition excludes (audit.Excluded): the API server
+	// would admit them, unlike the other skips, which an audit cannot decide.
+	Excluded int
+	// Resources is the number of results about a resource as a whole rather than one of its objects (the
+	// resource cannot be read, or is not audited): the objects of such a resource are not judged.
+	// ResourceErrors is how many of them are errors (Error counts them too).
+	Resources, ResourceErrors int
+	// Configuration is the number of error results of the rule audit.RuleConfiguration: the policy or its
+	// binding fails to configure (a param not found, say), which the API server turns into a denial of every
+	// matched request under failurePolicy Fail.
+	Configuration int
 	// Namespaces holds the fail and warn results per namespace ("" for cluster-scoped objects); namespaces
 	// without any are left out, and the map is nil when there are none.
 	Namespaces map[string]int
@@ -25,15 +40,11 @@ type Summary struct {
 // Violations returns the number of fail and warn results: what enforcing the policy would reject or warn about.
 func (s Summary) Violations() int { return s.Fail + s.Warn }
 
-// SafeToEnforce reports whether enforcing the policy would reject nothing it now covers: no object fails,
-// warns or cannot be evaluated. Skips do not count: the API server would judge those objects on their next
-// request, which an audit cannot simulate.
-func (s Summary) SafeToEnforce() bool { return s.Fail == 0 && s.Warn == 0 && s.Error == 0 }
-
 // Equal reports whether s and o hold the same counts.
 func (s Summary) Equal(o Summary) bool {
-	return s.Matched == o.Matched && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
-		s.Warn == o.Warn && s.Error == o.Error && s.Skip == o.Skip && maps.Equal(s.Namespaces, o.Namespaces)
+	return s.Matched == o.Matched && s.Judged == o.Judged && s.Excluded == o.Excluded && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
+		s.Warn == o.Warn && s.Error == o.Error && s.Skip == o.Skip && s.Resources == o.Resources &&
+		s.ResourceErrors == o.ResourceErrors && s.Configuration == o.Configuration && maps.Equal(s.Namespaces, o.Namespaces)
 }
 
 // NamespaceCount is the number of violations (fail and warn results) in one namespace.
@@ -69,37 +80,33 @@ func (s *Store) Summaries() map[audit.PolicyKey]Summary {
 	defer s.mu.RUnlock()
 	// By policy index: no map lookup per result.
 	acc := make([]Summary, len(s.policies))
+	has := make([]bool, len(s.policies))
 	for namespace, ns := range s.byNS {
 		for gi, objs := range ns {
 			policies := s.resources[gi].global
 			for o := range objs.Values() {
 				o.each(func(p policyResults) {
+					has[policies[p.policy]] = true
+					acc[policies[p.policy]].add(namespace, p)
+				})
+			}
+			if namespace != "" {
+				continue
+			}
+			// The results about the resource as a whole are kept under no uid, with the cluster-scoped
+			// objects: counted above by verdict, they are moved from Matched to Resources.
+			if whole, ok := objs.Get(""); ok {
+				whole.each(func(p policyResults) {
 					sum := &acc[policies[p.policy]]
-					sum.Matched++
-					sum.Pass += int(p.passes)
-					violations := 0
-					for _, r := range p.results {
-						switch r.Verdict {
-						case audit.Pass:
-							sum.Pass++
-						case audit.Fail:
-							sum.Fail++
-							violations++
-						case audit.Warn:
-							sum.Warn++
-							violations++
-						case audit.Error:
-							sum.Error++
-						case audit.Skip:
-							sum.Skip++
-						}
+					sum.Matched--
+					if judged(p) {
+						sum.Judged--
 					}
-					if violations > 0 {
-						sum.Violating++
-						if sum.Namespaces == nil {
-							sum.Namespaces = map[string]int{}
+					for _, r := range p.results {
+						sum.Resources++
+						if r.Verdict == audit.Error {
+							sum.ResourceErrors++
 						}
-						sum.Namespaces[namespace] += violations
 					}
 				})
 			}
@@ -107,9 +114,61 @@ func (s *Store) Summaries() map[audit.PolicyKey]Summary {
 	}
 	out := make(map[audit.PolicyKey]Summary, len(acc))
 	for i, sum := range acc {
-		if sum.Matched > 0 {
+		if has[i] {
 			out[s.policies[i]] = sum
 		}
 	}
 	return out
+}
+
+// add counts the results p of one object in namespace.
+func (sum *Summary) add(namespace string, p policyResults) {
+	sum.Matched++
+	if judged(p) {
+		sum.Judged++
+	}
+	sum.Pass += int(p.passes)
+	violations := 0
+	for _, r := range p.results {
+		switch r.Verdict {
+		case audit.Pass:
+			sum.Pass++
+		case audit.Fail:
+			sum.Fail++
+			violations++
+		case audit.Warn:
+			sum.Warn++
+			violations++
+		case audit.Error:
+			sum.Error++
+			if audit.IsRule(r.Rule, audit.RuleConfiguration) {
+				sum.Configuration++
+			}
+		case audit.Skip:
+			sum.Skip++
+			if audit.Excluded(r.Verdict, r.Rule, r.Message) {
+				sum.Excluded++
+			}
+		}
+	}
+	if violations > 0 {
+		sum.Violating++
+		if sum.Namespaces == nil {
+			sum.Namespaces = map[string]int{}
+		}
+		sum.Namespaces[namespace] += violations
+	}
+}
+
+// judged reports whether p holds a result other than a skip.
+func judged(p policyResults) bool {
+	if p.passes > 0 {
+		return true
+	}
+	for _, r := range p.results {
+		if r.Verdict != audit.Skip {
+			return true
+		}
+	}
+	return false
 }

@@ -38,7 +38,7 @@ func TestSummaries(t *testing.T) {
 				}},
 				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Pass)}},
 			},
-			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Pass: 3}},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Judged: 2, Pass: 3}},
 		},
 		{
 			name:       "kept passes are counted the same",
@@ -50,7 +50,7 @@ func TestSummaries(t *testing.T) {
 				}},
 				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Pass)}},
 			},
-			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Pass: 3}},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 2, Judged: 2, Pass: 3}},
 		},
 		{
 			name: "every verdict, violations by namespace, cluster-scoped under the empty namespace",
@@ -64,9 +64,11 @@ func TestSummaries(t *testing.T) {
 				{p, key("c"), "m", []audit.Result{result("m", "c", "p", audit.Error)}},
 				{p, key("d"), "m", []audit.Result{result("m", "d", "p", audit.Pass)}},
 				{p, key("e"), "", []audit.Result{result("", "e", "p", audit.Warn)}},
+				{p, key("f"), "", []audit.Result{result("", "f", "p", audit.Skip)}},
+				{p, key("g"), "m", []audit.Result{result("m", "g", "p", audit.Skip, withRule("matchConditions"), withMessage(`not evaluated: matchCondition "c" is false for this object`))}},
 			},
 			want: map[audit.PolicyKey]Summary{p: {
-				Matched: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 1,
+				Matched: 7, Judged: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 3, Excluded: 1,
 				Namespaces: map[string]int{"n": 3, "": 1},
 			}},
 		},
@@ -79,9 +81,9 @@ func TestSummaries(t *testing.T) {
 				{q, key("b"), "o", []audit.Result{result("o", "b", "q", audit.Warn)}},
 			},
 			want: map[audit.PolicyKey]Summary{
-				p:   {Matched: 1, Violating: 1, Fail: 1, Namespaces: map[string]int{"n": 1}},
-				q:   {Matched: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"o": 1}},
-				crd: {Matched: 1, Error: 1},
+				p:   {Matched: 1, Judged: 1, Violating: 1, Fail: 1, Namespaces: map[string]int{"n": 1}},
+				q:   {Matched: 2, Judged: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"o": 1}},
+				crd: {Matched: 1, Judged: 1, Error: 1},
 			},
 		},
 		{
@@ -90,7 +92,29 @@ func TestSummaries(t *testing.T) {
 				{crd, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
 				{crd, ObjectKey{GVR: v2, UID: "a"}, "n", []audit.Result{result("n", "a", "p", audit.Fail)}},
 			},
-			want: map[audit.PolicyKey]Summary{crd: {Matched: 2, Violating: 2, Fail: 2, Namespaces: map[string]int{"n": 2}}},
+			want: map[audit.PolicyKey]Summary{crd: {Matched: 2, Judged: 2, Violating: 2, Fail: 2, Namespaces: map[string]int{"n": 2}}},
+		},
+		{
+			name: "a result about a whole resource is no matched object",
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Pass)}},
+				{p, ObjectKey{GVR: v2}, "", []audit.Result{result("", "", "p", audit.Error, withRule("read (v2/configmaps)"))}},
+				{q, ObjectKey{GVR: v2}, "", []audit.Result{result("", "", "q", audit.Error, withRule("read (v2/configmaps)"))}},
+			},
+			want: map[audit.PolicyKey]Summary{
+				p: {Matched: 1, Judged: 1, Pass: 1, Error: 1, Resources: 1, ResourceErrors: 1},
+				q: {Matched: 0, Error: 1, Resources: 1, ResourceErrors: 1},
+			},
+		},
+		{
+			name: "configuration errors are counted apart, whatever their qualifiers",
+			sets: []set{
+				{p, key("a"), "n", []audit.Result{result("n", "a", "p", audit.Error, withRule("configuration"))}},
+				{p, key("b"), "n", []audit.Result{result("n", "b", "p", audit.Error, withRule("configuration (param n/limits)"))}},
+				{p, key("c"), "", []audit.Result{result("", "c", "p", audit.Error, withRule("validations[0]"))}},
+				{p, key("d"), "", []audit.Result{result("", "d", "p", audit.Error, withRule("configurations"))}},
+			},
+			want: map[audit.PolicyKey]Summary{p: {Matched: 4, Judged: 4, Error: 4, Configuration: 2}},
 		},
 		{
 			name: "a policy whose results are gone has no summary",
@@ -120,30 +144,34 @@ func TestSummaries(t *testing.T) {
 	}
 }
 
-func TestSummaryDecisions(t *testing.T) {
+func TestViolations(t *testing.T) {
 	cases := []struct {
 		name       string
 		s          Summary
 		violations int
-		safe       bool
 	}{
-		{name: "nothing matched", s: Summary{}, violations: 0, safe: true},
-		{name: "passes and skips", s: Summary{Matched: 3, Pass: 2, Skip: 1}, violations: 0, safe: true},
-		{name: "a fail", s: Summary{Matched: 3, Pass: 2, Fail: 1}, violations: 1, safe: false},
-		{name: "a warn", s: Summary{Matched: 3, Pass: 2, Warn: 1}, violations: 1, safe: false},
-		{name: "an error is no violation but not safe", s: Summary{Matched: 3, Pass: 2, Error: 1}, violations: 0, safe: false},
-		{name: "fails and warns add up", s: Summary{Matched: 3, Fail: 2, Warn: 3}, violations: 5, safe: false},
+		{name: "nothing matched", s: Summary{}, violations: 0},
+		{name: "passes and skips", s: Summary{Matched: 3, Pass: 2, Skip: 1}, violations: 0},
+		{name: "a fail", s: Summary{Matched: 3, Pass: 2, Fail: 1}, violations: 1},
+		{name: "a warn", s: Summary{Matched: 3, Pass: 2, Warn: 1}, violations: 1},
+		{name: "an error is no violation", s: Summary{Matched: 3, Pass: 2, Error: 1}, violations: 0},
+		{name: "fails and warns add up", s: Summary{Matched: 3, Fail: 2, Warn: 3}, violations: 5},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := tc.s.Violations(); got != tc.violations {
 				t.Errorf("Violations() = %d, want %d", got, tc.violations)
 			}
-			if got := tc.s.SafeToEnforce(); got != tc.safe {
-				t.Errorf("SafeToEnforce() = %v, want %v", got, tc.safe)
-			}
 		})
 	}
+}
+
+func withRule(rule string) func(*audit.Result) {
+	return func(r *audit.Result) { r.Rule = rule }
+}
+
+func withMessage(m string) func(*audit.Result) {
+	return func(r *audit.Result) { r.Message = m }
 }
 
 func TestTopNamespaces(t *testing.T) {
@@ -179,6 +207,11 @@ func TestSummaryEqual(t *testing.T) {
 		{name: "other count", o: Summary{Matched: 2, Violating: 1, Pass: 1, Warn: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 		{name: "other namespace", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"m": 1}}, want: false},
 		{name: "no namespaces", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1}, want: false},
+		{name: "a resource not judged", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Resources: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "a resource error", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, ResourceErrors: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "other judged objects", o: Summary{Matched: 2, Judged: 1, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "excluded objects", o: Summary{Matched: 2, Excluded: 1, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: false},
+		{name: "a configuration error", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Configuration: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -173,6 +173,54 @@ func (p *Policy) DependsOnNamespaces() bool {
 	return false
 }
 
+// Subresources returns the subresources the policy's rules cover with some binding (see CoveredSubresources).
+func (p *Policy) Subresources() []string {
+	bindings := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, 0, len(p.bindings))
+	for _, b := range p.bindings {
+		bindings = append(bindings, b.binding)
+	}
+	return CoveredSubresources(p.compiled.policy, bindings)
+}
+
+// CoveredSubresources returns the resources of the policy's matchConstraints rules that name subresources
+// ("deployments/scale", "*/status", "*/*"), sorted and without duplicates, when some binding covers
+// subresources too (it has no resource rules of its own, or one of them names a subresource); bindings are
+// those of the policy. The API server judges requests to those subresources; they write no stored object
+// that an audit could read, so the audit judges none of them. nil when the rules name none.
+func CoveredSubresources(policy *admissionregistrationv1.ValidatingAdmissionPolicy,
+	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding) []string {
+	named := subresourceRules(policy.Spec.MatchConstraints)
+	if len(named) == 0 {
+		return nil
+	}
+	if len(bindings) == 0 {
+		return named // audited as bound with empty matchResources
+	}
+	for _, b := range bindings {
+		if m := b.Spec.MatchResources; m == nil || len(m.ResourceRules) == 0 || len(subresourceRules(m)) > 0 {
+			return named
+		}
+	}
+	return nil
+}
+
+// subresourceRules returns the resources of m's rules that name a subresource, sorted, without duplicates.
+func subresourceRules(m *admissionregistrationv1.MatchResources) []string {
+	if m == nil {
+		return nil
+	}
+	var out []string
+	for _, r := range m.ResourceRules {
+		for _, res := range r.Resources {
+			if strings.Contains(res, "/") {
+				out = append(out, res)
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
 func selectsNamespaces(m *admissionregistrationv1.MatchResources) bool {
 	if m == nil || m.NamespaceSelector == nil {
 		return false

@@ -198,7 +198,7 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		return []audit.Result{e.result(RuleNamespace, audit.Error, err.Error(), e.errorProps(base))}, false
 	}
 	if c.matchConditionsSkip != "" && c.compileErr == nil {
-		return []audit.Result{e.result("matchConditions", audit.Skip, c.matchConditionsSkip, base)}, false
+		return []audit.Result{e.result(audit.RuleMatchConditions, audit.Skip, c.matchConditionsSkip, base)}, false
 	}
 
 	ev := c.plain
@@ -246,14 +246,13 @@ func (e *evaluation) evaluateParam(b *boundBinding, ev evaluator, match definiti
 	if c.matcher != nil {
 		m := c.matcher.Match(e.ctx, versioned, versionedParam, nil)
 		if m.Error != nil {
-			return []audit.Result{e.result("matchConditions", audit.Error, c.matchError(m.Error, ev.withheld), e.errorProps(props))}
+			return []audit.Result{e.result(audit.RuleMatchConditions, audit.Error, c.matchError(m.Error, ev.withheld), e.errorProps(props))}
 		}
 		if !m.Matches {
 			// The API server admits the request without evaluating the validations. A skip says so in the
 			// report (as peers report a policy whose preconditions exclude an object), so that an object the
 			// policy's rules cover is never silently missing from it.
-			return []audit.Result{e.result("matchConditions", audit.Skip,
-				fmt.Sprintf("not evaluated: matchCondition %q is false for this object", m.FailedConditionName), props)}
+			return []audit.Result{e.result(audit.RuleMatchConditions, audit.Skip, audit.MatchConditionFalse(m.FailedConditionName), props)}
 		}
 	}
 	v := ev.validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)
@@ -427,7 +426,7 @@ const (
 	RuleValidations = "validations"
 	// RuleConfiguration names a configuration error of the policy (its paramKind, its matchConstraints) or of
 	// a binding (a param not found, an object that cannot be converted to the version the policy reads).
-	RuleConfiguration = "configuration"
+	RuleConfiguration = audit.RuleConfiguration
 	// RuleCompile names the error of a policy that does not compile.
 	RuleCompile = "compile"
 	// RuleNamespace names the error of a namespace that cannot be read for namespaceObject.

@@ -96,8 +96,8 @@ func Plan(c engine.Compiler, live Live, p *Proposal, sw *Switch) ([]*Pair, error
 	liveVAPs := map[string]*admissionregistrationv1.ValidatingAdmissionPolicy{}
 	for _, v := range live.VAPs {
 		liveVAPs[v.Name] = v
-		// The pairs celaudit registers for AuditPolicies are compared as the AuditPolicies they stand for.
-		if _, owned := v.Labels[auditpolicy.LabelAuditPolicy]; !owned && usesParams(v.Spec.ParamKind, paramKinds) {
+		// The pairs celaudit registers for AuditPolicies are compared as the AuditPolicies that own them.
+		if auditpolicy.OwnerAmong(v, live.AuditPolicies) == nil && usesParams(v.Spec.ParamKind, paramKinds) {
 			affected[v.Name] = true
 		}
 	}

@@ -164,11 +164,12 @@ func (f fixture) testSummary(t *testing.T) {
 		return nil
 	})
 	vap := find(got, audit.SourceVAP, "plugin-owner")
-	if vap.Pass != nil || vap.Matched != nil || vap.Warn != 0 || vap.Error != 0 || vap.SafeToEnforce {
+	if vap.Pass != nil || vap.Matched != nil || vap.Warn != 0 || vap.Error != 0 || vap.SafeToEnforce != metav1.ConditionFalse {
 		t.Errorf("VAP summary %+v: want 2 fails, unknown passes (reports do not list them), not safe", *vap)
 	}
 	apSum := find(got, audit.SourceAuditPolicy, "plugin-team")
-	want := cli.PolicySummary{Source: audit.SourceAuditPolicy, Policy: "plugin-team", Matched: ptr.To[int64](4), Pass: ptr.To[int64](2), Warn: 2}
+	want := cli.PolicySummary{Source: audit.SourceAuditPolicy, Policy: "plugin-team", Matched: ptr.To[int64](4), Pass: ptr.To[int64](2), Warn: 2,
+		SafeToEnforce: metav1.ConditionFalse, SafeToEnforceReason: "Violations"}
 	if apSum == nil || !equality.Semantic.DeepEqual(*apSum, want) {
 		t.Errorf("AuditPolicy summary %+v, want %+v", apSum, want)
 	}
@@ -177,13 +178,17 @@ func (f fixture) testSummary(t *testing.T) {
 	if got.UnlistedPasses != 5 {
 		t.Errorf("unlisted passes %d, want 5", got.UnlistedPasses)
 	}
-	if crd := find(got, audit.SourceCRD, "auditpolicies.audit.celaudit.io"); crd == nil || !crd.SafeToEnforce {
-		t.Errorf("the AuditPolicy CRD, whose rules the AuditPolicy passes, is not listed as safe: %+v", crd)
+	// The AuditPolicy passes its CRD's rules, but the reports only count passes: whether the CRD's rules judged
+	// anything cannot be told from them.
+	if crd := find(got, audit.SourceCRD, "auditpolicies.audit.celaudit.io"); crd == nil || crd.Fail+crd.Warn+crd.Error != 0 ||
+		crd.SafeToEnforce != metav1.ConditionUnknown || crd.SafeToEnforceReason != cli.SafetyPassesNotListed {
+		t.Errorf("the AuditPolicy CRD, whose rules the AuditPolicy passes unlisted, is not listed as unknown: %+v", crd)
 	}
 	code, table, _ := run(t, kubeconfig, "summary")
 	words := strings.Join(strings.Fields(table), " ")
 	for _, want := range []string{
-		"SOURCE POLICY MATCHED PASS FAIL WARN ERROR SKIP SAFE TO ENFORCE auditpolicy plugin-team 4 2 0 2 0 0 false crd auditpolicies.audit.celaudit.io - - 0 0 0 0 true vap plugin-owner - - 2 0 0 0 false",
+		"SOURCE POLICY MATCHED PASS FAIL WARN ERROR SKIP SAFE TO ENFORCE REASON auditpolicy plugin-team 4 2 0 2 0 0 False Violations " +
+			"crd auditpolicies.audit.celaudit.io - - 0 0 0 0 Unknown PassesNotListed vap plugin-owner - - 2 0 0 0 False Violations",
 		"5 passes are counted but not listed",
 	} {
 		if code != 0 || !strings.Contains(words, want) {
@@ -196,14 +201,16 @@ func (f fixture) testSummary(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &other); code != 0 || err != nil {
 		t.Fatalf("summary -n default: exit %d, %v:\n%s", code, err, out)
 	}
-	if s := find(other, audit.SourceVAP, "plugin-owner"); s == nil || s.Fail != 0 || !s.SafeToEnforce {
+	if s := find(other, audit.SourceVAP, "plugin-owner"); s == nil || s.Fail != 0 || s.SafeToEnforce != metav1.ConditionUnknown {
 		t.Errorf("summary -n default counted results of another namespace: %+v", s)
 	}
 }
 
 func (f fixture) testExport(t *testing.T) {
 	ctx, c, kubeconfig, ap := context.Background(), f.env.Client, f.kubeconfig, f.ap
+	// The AuditPolicy has violations: only an override registers it for Deny.
 	ap.Spec.Enforcement = v1alpha1.Deny
+	ap.Spec.EnforcementOverride = &v1alpha1.EnforcementOverride{Reason: "the export of a Deny pair is tested"}
 	if err := c.Update(ctx, ap); err != nil {
 		t.Fatal(err)
 	}

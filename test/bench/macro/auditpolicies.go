@@ -255,7 +255,7 @@ func installAuditPolicies(ctx context.Context, c client.Client, aps []apInstance
 type apStatus struct {
 	Matched int
 	counts
-	// SafeToEnforce is the status of the SafeToEnforce condition: True, False, or "" when there is none.
+	// SafeToEnforce is the status of the SafeToEnforce condition: True, False, Unknown, or "" when there is none.
 	SafeToEnforce string
 }
 
@@ -265,7 +265,8 @@ func (s apStatus) String() string {
 }
 
 // statuses returns the status each AuditPolicy must have once objs are audited: the objects it covers, its
-// results by verdict, and SafeToEnforce True exactly when none is a fail, warn or error.
+// results by verdict, and SafeToEnforce: False when one is a fail, warn or error, else Unknown when one is a
+// skip or none matched, else True.
 func (m model) statuses(objs []*object) map[string]apStatus {
 	out := map[string]apStatus{}
 	for _, a := range auditPolicies(m.auditPolicies) {
@@ -276,9 +277,14 @@ func (m model) statuses(objs []*object) map[string]apStatus {
 				s.add(c)
 			}
 		}
-		s.SafeToEnforce = string(metav1.ConditionTrue)
-		if s.Fail+s.Warn+s.Error > 0 {
+		switch {
+		case s.Fail+s.Warn+s.Error > 0:
 			s.SafeToEnforce = string(metav1.ConditionFalse)
+		case s.Skip > 0 || s.Matched == 0:
+			// Not everything judged: never taken for safe.
+			s.SafeToEnforce = string(metav1.ConditionUnknown)
+		default:
+			s.SafeToEnforce = string(metav1.ConditionTrue)
 		}
 		out[a.name] = s
 	}
