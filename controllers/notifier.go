@@ -19,6 +19,8 @@ type Notifier struct {
 	// subscribers are the queues fed, one per Source: each takes the changes on its own, so a reconciler
 	// that falls behind does not hold another back.
 	subscribers []*subscriber
+	// onRecheck are called on each Recheck.
+	onRecheck []func()
 }
 
 // subscriber is what one Source has yet to take.
@@ -51,6 +53,18 @@ func (n *Notifier) Recheck() {
 		s.recheck = true
 		s.wake()
 	}
+	calls := n.onRecheck
+	n.mu.Unlock()
+	for _, f := range calls {
+		f()
+	}
+}
+
+// OnRecheck registers f to be called on each Recheck: what waits for the first audit to complete, besides
+// the report writes, learns it then. f must not block.
+func (n *Notifier) OnRecheck(f func()) {
+	n.mu.Lock()
+	n.onRecheck = append(n.onRecheck, f)
 	n.mu.Unlock()
 }
 

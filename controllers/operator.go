@@ -436,6 +436,14 @@ func (w *wiring) setupReports() error {
 	// One reconciler per API, each with its own gate: the reports of one API are restored, and its names
 	// avoided, whatever becomes of the other's. They share the bound on writes in flight.
 	inFlight := make(chan struct{}, defaultWritesInFlight)
+	var onCurrent func(namespace string)
+	retired, err := w.setupRetiredReports()
+	if err != nil {
+		return err
+	}
+	if retired != nil {
+		onCurrent = retired.reportsCurrent
+	}
 	for i, api := range w.reportAPIs {
 		r := &ReportReconciler{
 			Client:     w.mgr.GetClient(),
@@ -451,12 +459,34 @@ func (w *wiring) setupReports() error {
 			inFlight:   inFlight,
 			api:        api,
 			peers:      slices.Delete(slices.Clone(w.reportAPIs), i, i+1),
+			onCurrent:  onCurrent,
 		}
 		if err := r.SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers)); err != nil {
 			return fmt.Errorf("setting up %s controller: %w", api.name(), err)
 		}
 	}
 	return nil
+}
+
+// setupRetiredReports registers the removal of celaudit's reports of the API --report-api no longer selects,
+// when it selects one API and the cluster serves the other's CRDs; it returns nil otherwise.
+func (w *wiring) setupRetiredReports() (*retiredReports, error) {
+	api, ok := retiredAPI(w.reportAPIs)
+	if !ok {
+		return nil, nil
+	}
+	namespaced, _ := api.kinds()
+	if served, err := served(w.mgr.GetRESTMapper(), namespaced); err != nil || !served {
+		return nil, err
+	}
+	r := newRetiredReports(api)
+	r.Reader, r.Client = w.mgr.GetAPIReader(), w.mgr.GetClient()
+	r.Ready, r.Namespaces, r.Enqueue = w.firstAuditDone, w.store.Namespaces, w.notifier.Notify
+	r.PageSize = w.opts.PageSize
+	if err := r.SetupWithManager(w.mgr, w.notifier, w.controllerOptions(1)); err != nil {
+		return nil, fmt.Errorf("setting up the removal of retired %ss: %w", namespaced.Kind, err)
+	}
+	return r, nil
 }
 
 func (w *wiring) setupReadiness() error {

@@ -181,6 +181,18 @@ func parseReportAPIs(flag string) ([]reportAPI, error) {
 		flag, ReportAPIWGPolicy, ReportAPIOpenReports, ReportAPIBoth)
 }
 
+// retiredAPI returns the report API celaudit does not write when it writes only one: the one whose reports a
+// previous --report-api may have left.
+func retiredAPI(written []reportAPI) (reportAPI, bool) {
+	if len(written) != 1 {
+		return nil, false
+	}
+	if written[0].name() == (wgpolicyAPI{}).name() {
+		return openReportsAPI{}, true
+	}
+	return wgpolicyAPI{}, true
+}
+
 // checkInstalled returns an error naming each CRD of api the API server does not serve. celaudit never
 // installs report CRDs: other tools own them, and a CRD celaudit installed could replace theirs.
 func checkInstalled(mapper meta.RESTMapper, flag string, api reportAPI) error {

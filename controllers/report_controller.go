@@ -75,6 +75,9 @@ type ReportReconciler struct {
 	// peers are the other APIs celaudit writes the same reports in: a result one of them already publishes
 	// keeps its timestamp here, so that both APIs hold the same results, timestamps included.
 	peers []reportAPI
+	// onCurrent, when set, is told each namespace whose reports were found to hold its results: written, up
+	// to date, or left to go with the namespace. The reports of an API no longer written wait for it.
+	onCurrent func(namespace string)
 }
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
@@ -128,6 +131,7 @@ func (r *ReportReconciler) write(ctx context.Context, namespace string, existing
 	changes := report.Diff(desired, existing)
 	if changes.Empty() {
 		r.gate.upToDate(namespace)
+		r.current(namespace)
 		return ctrl.Result{}, nil
 	}
 	r.gate.wrote(namespace, r.Clock.Now())
@@ -135,6 +139,7 @@ func (r *ReportReconciler) write(ctx context.Context, namespace string, existing
 		return r.writeFailed(ctx, namespace, taken[namespace], refused, err)
 	}
 	r.gate.published(namespace)
+	r.current(namespace)
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
 		"updated", len(changes.PolicyReports.Update)+len(changes.ClusterPolicyReports.Update),
@@ -200,7 +205,15 @@ func (r *ReportReconciler) namespaceDeleting(ctx context.Context, namespace stri
 // kept about the namespace is forgotten: one created later under its name starts afresh.
 func (r *ReportReconciler) leave(ctx context.Context, namespace string) {
 	r.gate.forget(namespace)
+	r.current(namespace)
 	ctrl.LoggerFrom(ctx).V(1).Info("Namespace is being deleted: its reports are left to go with it")
+}
+
+// current tells onCurrent that namespace's reports hold its results.
+func (r *ReportReconciler) current(namespace string) {
+	if r.onCurrent != nil {
+		r.onCurrent(namespace)
+	}
 }
 
 // existing returns the reports celaudit wrote in namespace, as the cache holds them, in the wgpolicyk8s.io

@@ -389,6 +389,18 @@ func (s *Store) NamespaceCounted(namespace string) (results []audit.Result, pass
 	return results, passes
 }
 
+// Namespaces returns the namespaces ("" for cluster-scoped objects) that have results, passes included: those
+// whose reports list or count something.
+func (s *Store) Namespaces() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.byNS))
+	for ns := range s.byNS {
+		out = append(out, ns)
+	}
+	return out
+}
+
 // Len returns the number of objects that have results, counting an object once per version it is read in.
 func (s *Store) Len() int {
 	s.mu.RLock()

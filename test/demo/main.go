@@ -59,10 +59,16 @@ func main() {
 	klog.SetLogger(logger.WithName("upstream"))
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := run(ctx, *exitAfter); err != nil {
+	err := run(ctx, *exitAfter)
+	interrupted := ctx.Err() != nil
+	stop()
+	if err != nil && !interrupted {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
+	}
+	// Ctrl-C (or SIGTERM) is the way to end the demo, at whatever step: what it cut short did not fail.
+	if interrupted {
+		fmt.Println("Interrupted: the demo is over.")
 	}
 }
 

@@ -8,17 +8,17 @@ import (
 
 func TestVerbAndResource(t *testing.T) {
 	cases := []struct {
-		method, url, verb, resource, namespace string
+		method, url, verb, resource, namespace, name string
 	}{
-		{"GET", "/api/v1/namespaces", "list", "namespaces", ""},
-		{"GET", "/api/v1/namespaces/a", "get", "namespaces", ""},
-		{"GET", "/api/v1/namespaces/a/configmaps?limit=500", "list", "configmaps", "a"},
-		{"GET", "/api/v1/configmaps?watch=true", "watch", "configmaps", ""},
-		{"GET", "/api/v1/namespaces/a/configmaps/x", "get", "configmaps", "a"},
-		{"POST", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/b/policyreports", "create", "policyreports", "b"},
-		{"PUT", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/celaudit", "update", "clusterpolicyreports", ""},
-		{"DELETE", "/apis/example.com/v1/namespaces/a/widgets/w", "delete", "widgets", "a"},
-		{"PATCH", "/apis/example.com/v1/widgets/w/status", "patch", "widgets", ""},
+		{"GET", "/api/v1/namespaces", "list", "namespaces", "", ""},
+		{"GET", "/api/v1/namespaces/a", "get", "namespaces", "", "a"},
+		{"GET", "/api/v1/namespaces/a/configmaps?limit=500", "list", "configmaps", "a", ""},
+		{"GET", "/api/v1/configmaps?watch=true", "watch", "configmaps", "", ""},
+		{"GET", "/api/v1/namespaces/a/configmaps/x", "get", "configmaps", "a", "x"},
+		{"POST", "/apis/wgpolicyk8s.io/v1alpha2/namespaces/b/policyreports", "create", "policyreports", "b", ""},
+		{"PUT", "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/celaudit", "update", "clusterpolicyreports", "", "celaudit"},
+		{"DELETE", "/apis/example.com/v1/namespaces/a/widgets/w", "delete", "widgets", "a", "w"},
+		{"PATCH", "/apis/example.com/v1/widgets/w/status", "patch", "widgets", "", "w"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.method+" "+tc.url, func(t *testing.T) {
@@ -35,6 +35,9 @@ func TestVerbAndResource(t *testing.T) {
 			}
 			if got := namespaceOf(u.Path); got != tc.namespace {
 				t.Errorf("namespace = %q, want %q", got, tc.namespace)
+			}
+			if got := nameOf(u.Path); got != tc.name {
+				t.Errorf("name = %q, want %q", got, tc.name)
 			}
 		})
 	}
