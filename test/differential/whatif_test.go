@@ -115,17 +115,18 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 	// wi-a/limits (max 5) on every ConfigMap of wi-a; wi-size-labelled (Warn, Audit) on the labelled
 	// ConfigMaps of wi-a and wi-b with the labelled param of their namespace (none in wi-a: a configuration
 	// error, which the API server denies whatever the actions). wi-team (Warn) on everything of the three
-	// namespaces: wi-c names no team, and the token of wi-a is long.
+	// namespaces: wi-c names no team, and the token of wi-a is long. wi-sized (Warn) on the ConfigMaps with a
+	// size: its matchCondition excludes the two limits, which get no result of it.
 	w.step("add the policies", policies, cli.ExitViolations, []string{
 		"wi-a/limits pass unchanged", "wi-a/limits pass unchanged",
-		"wi-a/small pass unchanged", "wi-a/small error new", "wi-a/small pass unchanged",
-		"wi-a/big fail new", "wi-a/big pass unchanged",
+		"wi-a/small pass unchanged", "wi-a/small error new", "wi-a/small pass unchanged", "wi-a/small pass unchanged",
+		"wi-a/big fail new", "wi-a/big pass unchanged", "wi-a/big pass unchanged",
 		"wi-a/token warn new",
 		"wi-a/even pass unchanged", "wi-a/odd pass unchanged",
 		"wi-b/limits pass unchanged",
-		"wi-b/big pass unchanged", "wi-b/big pass unchanged",
+		"wi-b/big pass unchanged", "wi-b/big pass unchanged", "wi-b/big pass unchanged",
 		"wi-b/long pass unchanged",
-		"wi-c/odd warn new",
+		"wi-c/odd warn new", "wi-c/odd warn new",
 		"wi-c/huge warn new",
 	}, w.answers("ConfigMap", "wi-a", "big", "create", "size 9 exceeds 5"), w.checkVAP)
 
