@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
-	apiextensionsinternal "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver/conversion"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
@@ -14,6 +13,8 @@ import (
 	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/celaudit/celaudit/internal/admit"
 )
 
 // crdRevision is a proposed CRD and the live one it replaces (nil for a new CRD): what decides in which
@@ -183,13 +184,9 @@ func structuralFor(crd *apiextensionsv1.CustomResourceDefinition, version string
 	if err != nil || val == nil || val.OpenAPIV3Schema == nil {
 		return nil, err
 	}
-	internal := &apiextensionsinternal.CustomResourceValidation{}
-	if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(val, internal, nil); err != nil {
-		return nil, fmt.Errorf("converting the schema of version %s: %w", version, err)
-	}
-	s, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
+	s, err := admit.Structural(val)
 	if err != nil {
-		return nil, fmt.Errorf("the schema of version %s is not structural: %w", version, err)
+		return nil, fmt.Errorf("version %s: %w", version, err)
 	}
 	return s, nil
 }
