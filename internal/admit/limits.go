@@ -67,7 +67,7 @@ func DataTooLong(obj *unstructured.Unstructured) (*field.Error, int) {
 	if n <= MaxDataBytes {
 		return nil, n
 	}
-	return field.TooLong(path, "" /*unused, as in the API server*/, MaxDataBytes), n
+	return field.TooLong(path, "", MaxDataBytes), n // the value is unused, as in the API server
 }
 
 // each calls f with every string value of m, a map[string]any.

@@ -120,7 +120,7 @@ func newIndex(pairs []*Pair) index {
 }
 
 // runResource lists gvr (through r) page by page; while workers evaluate a page's items, the next page is read.
-func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionResource, r read, covs []coverage, opts Options, out *Outcome) error {
+func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionResource, r readPlan, covs []coverage, opts Options, out *Outcome) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan *listjson.Page) // unbuffered: the reader is at most one page ahead

@@ -27,9 +27,9 @@ type crdRevision struct {
 // serve in another version once the proposal is applied.
 type convertFunc func(*unstructured.Unstructured) (*unstructured.Unstructured, error)
 
-// read is how Run reads the objects of one resource: by listing from, converting each object with convert
+// readPlan is how Run reads the objects of one resource: by listing from, converting each object with convert
 // (nil when from is the resource itself).
-type read struct {
+type readPlan struct {
 	from    schema.GroupVersionResource
 	convert convertFunc
 }
@@ -41,12 +41,12 @@ type read struct {
 // new version's schema, as the API server prunes what it serves. A resource that cannot be read is left out,
 // and notes say why when it holds stored objects, and which versions holding stored objects the proposal
 // stops serving.
-func planReads(pairs []*Pair, resources []schema.GroupVersionResource, served func(schema.GroupVersionResource) bool) (map[schema.GroupVersionResource]read, []string) {
-	reads := map[schema.GroupVersionResource]read{}
+func planReads(pairs []*Pair, resources []schema.GroupVersionResource, served func(schema.GroupVersionResource) bool) (map[schema.GroupVersionResource]readPlan, []string) {
+	reads := map[schema.GroupVersionResource]readPlan{}
 	var notes []string
 	for _, gvr := range resources {
 		if served(gvr) {
-			reads[gvr] = read{from: gvr}
+			reads[gvr] = readPlan{from: gvr}
 		}
 	}
 	for _, p := range pairs {
@@ -85,7 +85,7 @@ func (c crdRevision) serves(gvr schema.GroupVersionResource) bool {
 // version the cluster serves: the live storage version first, then the proposed versions in order. It
 // returns nil when there is nothing to read (a new CRD has no stored objects) or the objects cannot be
 // converted, with a note saying why for the latter.
-func (c crdRevision) readThrough(gvr schema.GroupVersionResource, served func(schema.GroupVersionResource) bool) (*read, string) {
+func (c crdRevision) readThrough(gvr schema.GroupVersionResource, served func(schema.GroupVersionResource) bool) (*readPlan, string) {
 	if c.live == nil {
 		return nil, ""
 	}
@@ -109,7 +109,7 @@ func (c crdRevision) readThrough(gvr schema.GroupVersionResource, served func(sc
 	if err != nil {
 		return nil, fmt.Sprintf("CustomResourceDefinition %s: the stored objects were not evaluated in version %s: %v", c.proposed.Name, gvr.Version, err)
 	}
-	return &read{from: from, convert: convert}, ""
+	return &readPlan{from: from, convert: convert}, ""
 }
 
 // stoppedVersions says, for each version the live CRD's objects may be stored in (status.storedVersions)
