@@ -20,7 +20,8 @@ import (
 // Summary counts one policy's outcome.
 type Summary struct {
 	Key audit.PolicyKey
-	// Matched is the number of objects the proposed policy evaluated (gave at least one result).
+	// Matched is the number of objects the proposed policy evaluated (gave at least one result); an object
+	// read in several versions of a CRD counts once per version, as in the operator's counts.
 	Matched int
 	// New, Fixed and Unchanged count the failing results (fail, warn, error) by their whatif value.
 	New, Fixed, Unchanged int
