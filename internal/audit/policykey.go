@@ -13,6 +13,9 @@ const (
 	SourceVAP PolicySource = "vap"
 	// SourceAuditPolicy is one of celaudit's own AuditPolicies (audit.celaudit.io).
 	SourceAuditPolicy PolicySource = "auditpolicy"
+	// SourceAPIServer is the API server's own limits on a request (its body size, a ConfigMap's data), which
+	// refuse an object before any validation or policy judges it. Only kubectl celaudit check judges them.
+	SourceAPIServer PolicySource = "apiserver"
 )
 
 // PolicyKey identifies a policy among every source, from compilation to report: a CRD and a

@@ -1,7 +1,6 @@
 package audit
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 )
@@ -24,26 +23,6 @@ const (
 // RuleMatchConditions names the results of a ValidatingAdmissionPolicy's matchConditions: their errors, and
 // the skips of the objects they exclude or cannot decide on.
 const RuleMatchConditions = "matchConditions"
-
-// The message of the skip of an object a matchCondition excludes, around the condition's name.
-const (
-	excludedPrefix = "not evaluated: matchCondition "
-	excludedSuffix = " is false for this object"
-)
-
-// MatchConditionFalse returns the message of the skip of an object the matchCondition named name excludes: the
-// API server admits such a request without evaluating the validations.
-func MatchConditionFalse(name string) string {
-	return fmt.Sprintf("%s%q%s", excludedPrefix, name, excludedSuffix)
-}
-
-// Excluded reports whether a result is the skip of an object a matchCondition excludes (MatchConditionFalse).
-// Such an object is judged: the API server would admit it. Other skips are of what an audit cannot decide
-// (a rule that reads the request, a binding that applies on DELETE only).
-func Excluded(verdict Verdict, rule, message string) bool {
-	return verdict == Skip && IsRule(rule, RuleMatchConditions) &&
-		strings.HasPrefix(message, excludedPrefix) && strings.HasSuffix(message, excludedSuffix)
-}
 
 // IsRule reports whether the published rule name name is the rule base: base itself, qualified (see RuleName)
 // or numbered (see DistinctRules).

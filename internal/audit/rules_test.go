@@ -68,23 +68,3 @@ func TestIsRule(t *testing.T) {
 		}
 	}
 }
-
-func TestExcluded(t *testing.T) {
-	cases := []struct {
-		name          string
-		verdict       Verdict
-		rule, message string
-		want          bool
-	}{
-		{"a false matchCondition", Skip, RuleMatchConditions, MatchConditionFalse("not-system"), true},
-		{"qualified", Skip, RuleName(RuleMatchConditions, "binding b"), MatchConditionFalse("c"), true},
-		{"undecidable matchConditions", Skip, RuleMatchConditions, "not evaluated: matchConditions read request.userInfo", false},
-		{"a skip of a validation", Skip, "validations[0]", MatchConditionFalse("c"), false},
-		{"an error of matchConditions", Error, RuleMatchConditions, MatchConditionFalse("c"), false},
-	}
-	for _, tc := range cases {
-		if got := Excluded(tc.verdict, tc.rule, tc.message); got != tc.want {
-			t.Errorf("%s: Excluded = %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}

@@ -50,7 +50,9 @@ current kubeconfig context instead (select another with --context; --cluster is 
 kubeconfig cluster name kubectl's --cluster flag takes elsewhere).
 
 Before judging, a custom resource is pruned and defaulted by its CRD's schema and a built-in object gets the
-API server's defaults. Not applied: ` + admit.NotApplied + `.
+API server's defaults. Not applied: ` + admit.NotApplied + `. An object the API
+server refuses for its size (a request body over 3 MiB, a ConfigMap's or Secret's data over 1 MiB) gets that
+result only, under apiserver/request-size.
 
 Files may hold several YAML or JSON documents and Lists; directories are walked; - reads standard input.
 Namespaced objects without a namespace are judged in --namespace (default "default"), as kubectl applies them.

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/celaudit/celaudit/internal/admit"
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
@@ -170,16 +171,23 @@ func evaluate(ctx context.Context, in *checkInputs, rs *ruleSet, opts evalOption
 	return out, nil
 }
 
-// judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t.
+// judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t. An object
+// the API server refuses for its size (see check_limits.go) gets that result only.
 func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r record) {
 	t.objects++
+	if refused := requestTooLarge(rs, opts, r); refused != nil {
+		t.add(limitsKey, []audit.Result{*refused}, r.src, opts.list)
+		return
+	}
 	res, err := rs.views.Resources.ResourceForKind(r.kind)
 	if err != nil {
 		t.unmatched++ // an AuditPolicy without its CRD: a rule, not an object to judge (see checkKinds)
 		return
 	}
 	policies := rs.set.For(res.Resource)
-	if len(policies) == 0 {
+	// Data add up to at most the JSON that holds them: smaller objects need no count.
+	dataLimited := len(r.data) > admit.MaxDataBytes && admit.HasDataLimit(r.kind)
+	if len(policies) == 0 && !dataLimited {
 		t.unmatched++ // not even decoded
 		return
 	}
@@ -195,6 +203,12 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	} else if prepared.GetNamespace() == "" {
 		prepared.SetNamespace(opts.namespace)
 	}
+	if dataLimited {
+		if tooLong, size := admit.DataTooLong(prepared); tooLong != nil {
+			t.add(limitsKey, []audit.Result{sizeResult(audit.RefOf(prepared), ruleData, tooLong.Error(), size)}, r.src, opts.list)
+			return
+		}
+	}
 	o := engine.NewObject(res.Resource, prepared)
 	matched := false
 	for _, p := range policies {
@@ -203,33 +217,7 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 			continue
 		}
 		matched = true
-		c := t.counts(p.Key())
-		c.objects++
-		for _, result := range results {
-			c.verdicts[result.Verdict]++
-			if result.Verdict == audit.Error && strings.HasSuffix(result.Message, noParams) {
-				t.missingParams[missingParams{policy: p.Key(), binding: result.Properties[audit.PropBinding], namespace: result.Resource.Namespace}]++
-			}
-			if !slices.Contains(opts.list, result.Verdict) {
-				// Unlisted passes are only counted, which keeps memory flat however many objects pass (objects
-				// read from files have no UID: a namespace's passes add up under ""). Unlisted results of other
-				// verdicts are few (--results narrower than the default) and kept, for the reports' summaries.
-				if result.Verdict == audit.Pass {
-					ns := result.Resource.Namespace
-					if t.passes[ns] == nil {
-						t.passes[ns] = map[types.UID]int{}
-					}
-					t.passes[ns][result.Resource.UID]++
-					continue
-				}
-			}
-			t.listed = append(t.listed, result)
-			t.listedKeys = append(t.listedKeys, p.Key())
-			key := keyOf(result.Resource)
-			if prev, ok := t.sources[key]; !ok || lessSource(r.src, prev) {
-				t.sources[key] = r.src
-			}
-		}
+		t.add(p.Key(), results, r.src, opts.list)
 	}
 	if !matched {
 		t.unmatched++
@@ -237,5 +225,36 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	}
 	if rs.preparer.Builtin(r.kind) {
 		t.builtinMatched++
+	}
+}
+
+// add counts the results of the policy key on one object, read at src, and keeps those listed.
+func (t *tally) add(key audit.PolicyKey, results []audit.Result, src manifests.Source, list []audit.Verdict) {
+	c := t.counts(key)
+	c.objects++
+	for _, result := range results {
+		c.verdicts[result.Verdict]++
+		if result.Verdict == audit.Error && strings.HasSuffix(result.Message, noParams) {
+			t.missingParams[missingParams{policy: key, binding: result.Properties[audit.PropBinding], namespace: result.Resource.Namespace}]++
+		}
+		if !slices.Contains(list, result.Verdict) {
+			// Unlisted passes are only counted, which keeps memory flat however many objects pass (objects
+			// read from files have no UID: a namespace's passes add up under ""). Unlisted results of other
+			// verdicts are few (--results narrower than the default) and kept, for the reports' summaries.
+			if result.Verdict == audit.Pass {
+				ns := result.Resource.Namespace
+				if t.passes[ns] == nil {
+					t.passes[ns] = map[types.UID]int{}
+				}
+				t.passes[ns][result.Resource.UID]++
+				continue
+			}
+		}
+		t.listed = append(t.listed, result)
+		t.listedKeys = append(t.listedKeys, key)
+		k := keyOf(result.Resource)
+		if prev, ok := t.sources[k]; !ok || lessSource(src, prev) {
+			t.sources[k] = src
+		}
 	}
 }

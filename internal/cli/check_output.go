@@ -74,9 +74,9 @@ var tableVerdicts = []audit.Verdict{audit.Pass, audit.Fail, audit.Warn, audit.Er
 func printCheckTable(w io.Writer, rs *ruleSet, t *tally, list []audit.Verdict) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "POLICY\tOBJECTS\tPASS\tFAIL\tWARN\tERROR\tSKIP")
-	for _, p := range rs.policies {
-		c := t.counts(p.Key())
-		fmt.Fprintf(tw, "%s\t%d", p.Key(), c.objects)
+	for _, key := range t.policyKeys(rs) {
+		c := t.counts(key)
+		fmt.Fprintf(tw, "%s\t%d", key, c.objects)
 		for _, v := range tableVerdicts {
 			fmt.Fprintf(tw, "\t%d", c.verdicts[v])
 		}
@@ -157,16 +157,16 @@ func printJUnit(w io.Writer, rs *ruleSet, t *tally, out *outputOptions) error {
 	list, _ := out.ListVerdicts()
 	rows := t.rows(list)
 	doc := junitSuites{Name: "kubectl celaudit check"}
-	for _, p := range rs.policies {
-		c := t.counts(p.Key())
-		suite := junitSuite{Name: p.Key().String(), Time: "0", Properties: []junitProperty{
+	for _, key := range t.policyKeys(rs) {
+		c := t.counts(key)
+		suite := junitSuite{Name: key.String(), Time: "0", Properties: []junitProperty{
 			{Name: "matchedObjects", Value: strconv.Itoa(c.objects)},
 		}}
 		for _, v := range tableVerdicts {
 			suite.Properties = append(suite.Properties, junitProperty{Name: string(v), Value: strconv.Itoa(c.verdicts[v])})
 		}
 		for _, r := range rows {
-			if r.key != p.Key() {
+			if r.key != key {
 				continue
 			}
 			suite.Cases = append(suite.Cases, junitCaseOf(r, out))

@@ -337,9 +337,6 @@ func countResult(s *results.Summary, r *v1alpha2.PolicyReportResult) {
 		}
 	case v == audit.Skip:
 		s.Matched++
-		if audit.Excluded(v, r.Rule, r.Message) {
-			s.Excluded++
-		}
 	default:
 		s.Matched++
 		s.Judged++

@@ -186,6 +186,9 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		return err
 	}
+	for _, note := range outcome.Notes() {
+		fmt.Fprintln(o.streams.ErrOut, "note: "+note)
+	}
 	for _, s := range outcome.Summaries() {
 		if s.NewRejections > 0 || o.Rejects(audit.Warn) && s.NewWarnings > 0 {
 			return Violations()
@@ -212,11 +215,25 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", s.Key, s.Matched, s.New, s.Fixed, s.Unchanged)
 	}
 	rows := outcome.Rows()
+	// A CRD whose rows are in several versions (one the proposal adds, say) names the version of each.
+	versions := map[audit.PolicyKey]map[string]bool{}
+	for _, r := range rows {
+		if v := r.Result.Properties[audit.PropCRDVersion]; v != "" {
+			if versions[r.Key] == nil {
+				versions[r.Key] = map[string]bool{}
+			}
+			versions[r.Key][v] = true
+		}
+	}
 	if len(rows) > 0 {
 		fmt.Fprintln(w)
 		fmt.Fprintln(w, "WHATIF\tRESULT\tON UPDATE\tPOLICY\tNAMESPACE\tOBJECT\tMESSAGE")
 		for _, r := range rows {
 			res := r.Result
+			message := whatifOneLine(res.Message)
+			if len(versions[r.Key]) > 1 {
+				message += " (version " + res.Properties[audit.PropCRDVersion] + ")"
+			}
 			onUpdate := r.OnUpdate
 			if onUpdate == "" {
 				onUpdate = "-"
@@ -226,7 +243,7 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 				namespace = "-"
 			}
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s/%s\t%s\n", r.Whatif, res.Verdict, onUpdate, r.Key, namespace,
-				res.Resource.Kind, res.Resource.Name, whatifOneLine(res.Message))
+				res.Resource.Kind, res.Resource.Name, message)
 		}
 	}
 	return w.Flush()

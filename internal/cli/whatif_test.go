@@ -66,6 +66,32 @@ func TestWhatif(t *testing.T) {
 			want: []string{`~crd/gadgets.whatif.example.com\s+4\s+0\s+1\s+0`, `~fixed\s+fail\s+-\s+crd/gadgets.whatif.example.com\s+wi-shop\s+Gadget/large`},
 		},
 		{
+			// v2 is read through v1, which the cluster serves, as the API server will serve it: v1's results
+			// stay as they are, v2's failures are new.
+			name: "stricter version served beside v1", args: []string{"whatif", "-f", data("add-version.yaml")}, code: ExitViolations, golden: "add-version.table",
+			want: []string{
+				`~crd/gadgets.whatif.example.com\s+8\s+2\s+0\s+1`,
+				`~unchanged\s+fail\s+ratcheted\s+crd/gadgets.whatif.example.com\s+wi-shop\s+Gadget/large\s+spec: Invalid value: size must be s or m \(version v1\)`,
+				`~new\s+fail\s+ratcheted\s+crd/gadgets.whatif.example.com\s+wi-shop\s+Gadget/large\s+spec: Invalid value: size must be s or m \(version v2\)`,
+				`~new\s+fail\s+ratcheted\s+crd/gadgets.whatif.example.com\s+wi-lab\s+Gadget/long\s+spec.replicas: Invalid value: 4: spec.replicas in body should be less than or equal to 3 \(version v2\)`,
+			},
+		},
+		{
+			name: "stricter version, json", args: []string{"whatif", "-f", data("add-version.yaml"), "-o", "json"}, code: ExitViolations,
+			want: []string{`"crdVersion": "v2"`, `"rule": "schema: spec.replicas (Invalid value, version v2)"`, `"whatif": "new"`},
+		},
+		{
+			name: "the version objects are stored in no longer served", args: []string{"whatif", "-f", data("stop-v1.yaml")}, code: ExitViolations,
+			want: []string{
+				"note: CustomResourceDefinition gadgets.whatif.example.com: the proposal stops serving version v1, which objects are stored in " +
+					"(status.storedVersions v1): clients reading or writing whatif.example.com/v1 will get NotFound; they are evaluated in the versions it still serves, v2",
+				// v1's failure is fixed (nothing reads it in v1 any more), v2's is new.
+				`~crd/gadgets.whatif.example.com\s+4\s+1\s+1\s+0`,
+				`~fixed\s+fail\s+-\s+crd/gadgets.whatif.example.com\s+wi-shop\s+Gadget/large\s+spec: Invalid value: size must be s or m`,
+				`~new\s+fail\s+ratcheted\s+crd/gadgets.whatif.example.com\s+wi-shop\s+Gadget/large\s+spec: Invalid value: size must be s or m`,
+			},
+		},
+		{
 			name: "binding switched to Deny", args: []string{"whatif", "--binding", "wi-owner", "--actions", "Deny"}, code: ExitViolations, golden: "binding.table",
 			want: []string{
 				// The warning of today becomes a denial: a new fail, and nothing fixed.

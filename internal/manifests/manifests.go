@@ -292,6 +292,9 @@ func decodeDocument(src Source, doc []byte, visit func(Object) error) error {
 	}
 	data, err := utilyaml.ToJSON(doc)
 	if err != nil {
+		if yamlTooDeep(err) {
+			return &Error{Source: src, Err: tooDeep()}
+		}
 		return &Error{Source: src, Err: yamlError(err, src.Line)}
 	}
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
@@ -314,7 +317,10 @@ func decodeJSONStream(src Source, doc []byte, visit func(Object) error) error {
 		at.Line += lineOf(doc, int(offset)+leadingSpace(doc[offset:])) - 1
 		if err != nil {
 			var syntax *json.SyntaxError
-			if errors.As(err, &syntax) {
+			switch {
+			case jsonTooDeep(err):
+				return &Error{Source: at, Err: tooDeep()}
+			case errors.As(err, &syntax):
 				at.Line = src.Line + lineOf(doc, int(syntax.Offset)) - 1
 			}
 			return &Error{Source: at, Err: fmt.Errorf("invalid JSON: %w", err)}
@@ -378,8 +384,35 @@ func decodeObject(src Source, data []byte, visit func(Object) error) error {
 	return visit(Object{Unstructured: obj, Source: src, JSON: data})
 }
 
+// maxDepth is how deep the decoders of YAML (goyaml) and of JSON (encoding/json, and sigs.k8s.io/json in the
+// API server) nest mappings and lists at most.
+const maxDepth = 10000
+
+// tooDeep is the error of a document whose mappings and lists nest deeper than maxDepth, whichever decoder
+// found it: the YAML parser for block style, the JSON decoder for flow style (YAML flow collections become
+// JSON arrays and objects first) and for JSON. One message for all, at the line the document starts on.
+func tooDeep() error {
+	return fmt.Errorf("not a Kubernetes object: mappings and lists nest more than %d levels deep, which the API server does not decode", maxDepth)
+}
+
+var yamlDepthError = regexp.MustCompile(`^yaml: line \d+: exceeded max depth of \d+`)
+
+// yamlTooDeep reports whether err is the YAML parser's error of a document nested too deep.
+func yamlTooDeep(err error) bool {
+	return yamlDepthError.MatchString(err.Error())
+}
+
+// jsonTooDeep reports whether err is the JSON decoder's error of a value nested too deep (a SyntaxError,
+// which the unstructured decoder passes on as text only).
+func jsonTooDeep(err error) bool {
+	return strings.HasSuffix(err.Error(), "exceeded max depth")
+}
+
 // objectError explains why a document is not a Kubernetes object.
 func objectError(err error, data []byte) error {
+	if jsonTooDeep(err) {
+		return tooDeep()
+	}
 	var m map[string]any
 	if json.Unmarshal(data, &m) != nil {
 		return fmt.Errorf("not a Kubernetes object: a document must be a mapping, not %s", describe(data))

@@ -104,3 +104,34 @@ func TestRead(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeTooDeep checks that a document nested deeper than the decoders go gets one message, whichever
+// decoder finds it: the YAML parser (block style), the JSON decoder after YAML flow collections became JSON,
+// or the JSON decoder of a JSON file.
+func TestDecodeTooDeep(t *testing.T) {
+	const tooDeep = "testdata/deep/%s:%d: not a Kubernetes object: mappings and lists nest more than 10000 levels deep, which the API server does not decode"
+	for _, tc := range []struct {
+		file    string
+		wantErr string // "" when the object decodes
+	}{
+		{file: "flow.yaml", wantErr: fmt.Sprintf(tooDeep, "flow.yaml", 1)},
+		{file: "flow-mappings.yaml", wantErr: fmt.Sprintf(tooDeep, "flow-mappings.yaml", 1)},
+		{file: "block.yaml", wantErr: fmt.Sprintf(tooDeep, "block.yaml", 1)},
+		{file: "json.json", wantErr: fmt.Sprintf(tooDeep, "json.json", 1)},
+		{file: "at-limit.yaml"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			got, err := Reader{}.Read([]string{"testdata/deep/" + tc.file})
+			if tc.wantErr == "" {
+				if err != nil || len(got) != 1 || got[0].GetName() != "deep" {
+					t.Fatalf("got %d objects, error %v; want the ConfigMap deep", len(got), err)
+				}
+				return
+			}
+			var e *Error
+			if !errors.As(err, &e) || err.Error() != tc.wantErr {
+				t.Errorf("error %v\nwant %s", err, tc.wantErr)
+			}
+		})
+	}
+}

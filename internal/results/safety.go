@@ -39,9 +39,9 @@ type Safety struct {
 // Safe reports whether the status is True.
 func (s Safety) Safe() bool { return s.Status == metav1.ConditionTrue }
 
-// SafetyOf judges the summary s of a policy. Skips of objects a matchCondition excludes count as judged (the
-// API server admits them); other skips are of what no audit of stored objects can decide. complete says that s is from a complete audit of the policy as
-// it is now; subresources are the subresources its rules cover ("deployments/scale", "*/*"), none for a
+// SafetyOf judges the summary s of a policy. Skips are of what no audit of stored objects can decide (objects a
+// matchCondition excludes have no result at all). complete says that s is from a complete audit of the policy
+// as it is now; subresources are the subresources its rules cover ("deployments/scale", "*/*"), none for a
 // policy that covers none.
 //
 // Violations decide first: a fail, warn or error on some object is False whatever else is unknown. Without
@@ -73,8 +73,8 @@ func SafetyOf(s Summary, complete bool, subresources []string) Safety {
 	if s.Resources > 0 {
 		note(SafetyResourcesNotJudged, fmt.Sprintf("%d results say that a covered resource cannot be read or is not audited, so its objects are not judged", s.Resources))
 	}
-	if skips := s.Skip - s.Excluded; skips > 0 {
-		note(SafetySkipped, fmt.Sprintf("%d results are skips: the policy depends on the request (request.userInfo, oldObject, a DELETE), which an audit of stored objects cannot simulate", skips))
+	if s.Skip > 0 {
+		note(SafetySkipped, fmt.Sprintf("%d results are skips: the policy depends on the request (request.userInfo, oldObject, a DELETE), which an audit of stored objects cannot simulate", s.Skip))
 	}
 	if s.Judged == 0 {
 		note(SafetyNothingJudged, "the policy's validations judged no stored object (none matched, or its matchConditions exclude every one)")

@@ -21,9 +21,6 @@ type Summary struct {
 	Violating int
 	// Results by verdict, compacted passes and results about whole resources included.
 	Pass, Fail, Warn, Error, Skip int
-	// Excluded is the number of skips of objects a matchCondition excludes (audit.Excluded): the API server
-	// would admit them, unlike the other skips, which an audit cannot decide.
-	Excluded int
 	// Resources is the number of results about a resource as a whole rather than one of its objects (the
 	// resource cannot be read, or is not audited): the objects of such a resource are not judged.
 	// ResourceErrors is how many of them are errors (Error counts them too).
@@ -42,7 +39,7 @@ func (s Summary) Violations() int { return s.Fail + s.Warn }
 
 // Equal reports whether s and o hold the same counts.
 func (s Summary) Equal(o Summary) bool {
-	return s.Matched == o.Matched && s.Judged == o.Judged && s.Excluded == o.Excluded && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
+	return s.Matched == o.Matched && s.Judged == o.Judged && s.Violating == o.Violating && s.Pass == o.Pass && s.Fail == o.Fail &&
 		s.Warn == o.Warn && s.Error == o.Error && s.Skip == o.Skip && s.Resources == o.Resources &&
 		s.ResourceErrors == o.ResourceErrors && s.Configuration == o.Configuration && maps.Equal(s.Namespaces, o.Namespaces)
 }
@@ -146,9 +143,6 @@ func (sum *Summary) add(namespace string, p policyResults) {
 			}
 		case audit.Skip:
 			sum.Skip++
-			if audit.Excluded(r.Verdict, r.Rule, r.Message) {
-				sum.Excluded++
-			}
 		}
 	}
 	if violations > 0 {

@@ -65,10 +65,10 @@ func TestSummaries(t *testing.T) {
 				{p, key("d"), "m", []audit.Result{result("m", "d", "p", audit.Pass)}},
 				{p, key("e"), "", []audit.Result{result("", "e", "p", audit.Warn)}},
 				{p, key("f"), "", []audit.Result{result("", "f", "p", audit.Skip)}},
-				{p, key("g"), "m", []audit.Result{result("m", "g", "p", audit.Skip, withRule("matchConditions"), withMessage(`not evaluated: matchCondition "c" is false for this object`))}},
+				{p, key("g"), "m", []audit.Result{result("m", "g", "p", audit.Skip, withRule("validations[0]"))}},
 			},
 			want: map[audit.PolicyKey]Summary{p: {
-				Matched: 7, Judged: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 3, Excluded: 1,
+				Matched: 7, Judged: 5, Violating: 3, Pass: 2, Fail: 2, Warn: 2, Error: 1, Skip: 3,
 				Namespaces: map[string]int{"n": 3, "": 1},
 			}},
 		},
@@ -170,10 +170,6 @@ func withRule(rule string) func(*audit.Result) {
 	return func(r *audit.Result) { r.Rule = rule }
 }
 
-func withMessage(m string) func(*audit.Result) {
-	return func(r *audit.Result) { r.Message = m }
-}
-
 func TestTopNamespaces(t *testing.T) {
 	s := Summary{Namespaces: map[string]int{"b": 3, "a": 3, "c": 7, "": 1, "d": 2}}
 	cases := []struct {
@@ -210,7 +206,6 @@ func TestSummaryEqual(t *testing.T) {
 		{name: "a resource not judged", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Resources: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 		{name: "a resource error", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, ResourceErrors: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 		{name: "other judged objects", o: Summary{Matched: 2, Judged: 1, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: false},
-		{name: "excluded objects", o: Summary{Matched: 2, Excluded: 1, Violating: 1, Pass: 1, Fail: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 		{name: "a configuration error", o: Summary{Matched: 2, Violating: 1, Pass: 1, Fail: 1, Configuration: 1, Namespaces: map[string]int{"n": 1}}, want: false},
 	}
 	for _, tc := range cases {

@@ -246,12 +246,11 @@ func (c *Compiled) compile(opts Options) (problems []string) {
 					i, spec.MatchConditions[i].Name, reason)
 			}
 		}
-		// The matcher always fails on errors so that they are reported; the apiserver would drop them under
-		// failurePolicy Ignore, which the failurePolicy property records.
-		fail := admissionregistrationv1.Fail
+		// The matcher applies the policy's failurePolicy, as the apiserver's does: a condition that errors is
+		// an error under Fail and excludes the object under Ignore, where the apiserver admits it silently.
 		c.matcher = matchconditions.NewMatcher(
 			compiler.CompileCondition(conditions, optionalVars, environment.StoredExpressions),
-			&fail, "policy", "validate", c.policy.Name)
+			&c.failurePolicy, "policy", "validate", c.policy.Name)
 	}
 
 	var validations []cel.ExpressionAccessor

@@ -28,9 +28,15 @@
 //     messageExpression or audit annotation that may read those fields is not evaluated, and the error of an
 //     expression that may read them keeps the apiserver's form with its details withheld. Validations are
 //     evaluated whatever they read. The scan engine then redacts the Secret's values from every result.
-//   - Errors are reported whatever the failurePolicy, including matchConditions errors that the apiserver
-//     drops under Ignore. A binding whose paramRef finds no params under parameterNotFoundAction Allow
-//     does not apply, as in the apiserver, and yields no results.
+//   - An object a matchCondition excludes yields no result: the apiserver admits it without evaluating the
+//     validations and says nothing, and a result per excluded object would be noise that grows with the
+//     cluster. The same holds per param: a (binding, param) pair whose matchConditions are false yields
+//     nothing, so an object excluded for every pair has no result at all, not even a pass, and is not
+//     counted as matched. A matchCondition that errors is what the apiserver makes of it: an error under
+//     failurePolicy Fail, an exclusion under Ignore.
+//   - Other errors are reported whatever the failurePolicy (recorded in the failurePolicy property). A
+//     binding whose paramRef finds no params under parameterNotFoundAction Allow does not apply, as in the
+//     apiserver, and yields no results.
 //   - A policy without bindings is not enforced by the apiserver; it is audited as if bound with empty
 //     matchResources and validationActions [Audit], so its failures are warnings.
 //
@@ -42,8 +48,9 @@
 //
 // Result mapping, per (object, policy, binding, param, validation): a failed validation is fail when the
 // binding's validationActions include Deny and warn otherwise; an evaluation or configuration error is error
-// whatever the failurePolicy (recorded in the failurePolicy property; with Ignore the apiserver would admit);
-// when nothing failed, one pass per (object, policy, binding, param). Messages are exactly the <message> part
+// whatever the failurePolicy (recorded in the failurePolicy property; with Ignore the apiserver would admit),
+// except a matchCondition's error under Ignore, which excludes the object; when nothing failed, one pass per
+// (object, policy, binding, param) the matchConditions do not exclude. Messages are exactly the <message> part
 // of the apiserver's denial `<resource> "<name>" is forbidden: ValidatingAdmissionPolicy '<policy>' with
 // binding '<binding>' denied request: <message>`.
 package vap

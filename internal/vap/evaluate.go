@@ -249,10 +249,10 @@ func (e *evaluation) evaluateParam(b *boundBinding, ev evaluator, match definiti
 			return []audit.Result{e.result(audit.RuleMatchConditions, audit.Error, c.matchError(m.Error, ev.withheld), e.errorProps(props))}
 		}
 		if !m.Matches {
-			// The API server admits the request without evaluating the validations. A skip says so in the
-			// report (as peers report a policy whose preconditions exclude an object), so that an object the
-			// policy's rules cover is never silently missing from it.
-			return []audit.Result{e.result(audit.RuleMatchConditions, audit.Skip, audit.MatchConditionFalse(m.FailedConditionName), props)}
+			// A false condition (or, under failurePolicy Ignore, one that errors) excludes the object: the API
+			// server admits the request without evaluating the validations and says nothing, and so does the
+			// audit. A result here would be noise that grows with the cluster (one per excluded object).
+			return nil
 		}
 	}
 	v := ev.validator.Validate(e.ctx, match.resource, versioned, versionedParam, namespace, celconfig.RuntimeCELCostBudget, nil)

@@ -300,15 +300,24 @@ func TestEvaluateMatchConditions(t *testing.T) {
 		obj:    newDeployment("prod", "app-d", 5),
 		want:   []row{{"validations[0]", audit.Fail, "failed expression: object.spec.replicas < 3", denyProps("rule", replicasRule, "reason", "Invalid")}},
 	}, {
-		name:   "a false condition leaves the object out",
+		name:   "a false condition excludes the object: no result, as the API server says nothing",
 		policy: newPolicy("p", withMatchCondition("apps", onlyApps), withValidation(replicasRule)),
 		obj:    newDeployment("prod", "d", 5),
-		want:   []row{{"matchConditions", audit.Skip, `not evaluated: matchCondition "apps" is false for this object`, denyProps()}},
+		want:   nil,
+	}, {
+		name:   "a false condition excludes the object for every binding",
+		policy: newPolicy("p", withMatchCondition("apps", onlyApps), withValidation(replicasRule)),
+		bindings: bindings{
+			newBinding("deny", "p", withActions(admissionregistrationv1.Deny)),
+			newBinding("warn", "p", withActions(admissionregistrationv1.Warn)),
+		},
+		obj:  newDeployment("prod", "d", 1),
+		want: nil,
 	}, {
 		name:   "a false condition wins over an error",
 		policy: newPolicy("p", withMatchCondition("broken", "object.spec.missing == 1"), withMatchCondition("apps", onlyApps), withValidation(replicasRule)),
 		obj:    newDeployment("prod", "d", 5),
-		want:   []row{{"matchConditions", audit.Skip, `not evaluated: matchCondition "apps" is false for this object`, denyProps()}},
+		want:   nil,
 	}, {
 		name:   "an error under failurePolicy Fail",
 		policy: newPolicy("p", withMatchCondition("broken", "object.spec.missing == 1"), withValidation(replicasRule)),
@@ -316,12 +325,24 @@ func TestEvaluateMatchConditions(t *testing.T) {
 		want: []row{{"matchConditions", audit.Error, "expression 'object.spec.missing == 1' resulted in error: no such key: missing",
 			denyProps("failurePolicy", "Fail")}},
 	}, {
-		name: "an error under failurePolicy Ignore is still reported",
+		name: "an error under failurePolicy Ignore excludes the object, as the API server admits it silently",
 		policy: newPolicy("p", withMatchCondition("broken", "object.spec.missing == 1"), withValidation(replicasRule),
 			withFailurePolicy(admissionregistrationv1.Ignore)),
-		obj: newDeployment("prod", "d", 5),
+		obj:  newDeployment("prod", "d", 5),
+		want: nil,
+	}, {
+		name: "a true condition and an error under failurePolicy Fail",
+		policy: newPolicy("p", withMatchCondition("apps", onlyApps), withMatchCondition("broken", "object.spec.missing == 1"),
+			withValidation(replicasRule)),
+		obj: newDeployment("prod", "app-d", 5),
 		want: []row{{"matchConditions", audit.Error, "expression 'object.spec.missing == 1' resulted in error: no such key: missing",
-			denyProps("failurePolicy", "Ignore")}},
+			denyProps("failurePolicy", "Fail")}},
+	}, {
+		name: "a true condition and an error under failurePolicy Ignore",
+		policy: newPolicy("p", withMatchCondition("apps", onlyApps), withMatchCondition("broken", "object.spec.missing == 1"),
+			withValidation(replicasRule), withFailurePolicy(admissionregistrationv1.Ignore)),
+		obj:  newDeployment("prod", "app-d", 5),
+		want: nil,
 	}, {
 		name:   "errors of several conditions are aggregated",
 		policy: newPolicy("p", withMatchCondition("one", "object.spec.a == 1"), withMatchCondition("two", "object.spec.b == 1"), withValidation(replicasRule)),

@@ -151,9 +151,20 @@ func TestEvaluateParams(t *testing.T) {
 		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(deny)))},
 		obj:      newDeployment("prod", "d", 5),
 		want: []row{
-			{"matchConditions", audit.Skip, `not evaluated: matchCondition "strict" is false for this object`, denyProps("param", "prod/loose")},
 			{"validations[0]", audit.Fail, "at most 2",
 				denyProps("rule", maxReplicasRule, "reason", "Invalid", "param", "prod/strict", "auditAnnotation.max", "2")}},
+	}, {
+		name:     "a param the matchConditions exclude gives no result, the others a pass",
+		policy:   limitsPolicy(withMatchCondition("strict", "params.spec.maxReplicas < 5")),
+		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(deny)))},
+		obj:      newDeployment("prod", "d", 1),
+		want:     []row{{"validations", audit.Pass, "object satisfies the 1 validation evaluated", denyProps("param", "prod/strict")}},
+	}, {
+		name:     "every param excluded: no result, not even a pass",
+		policy:   limitsPolicy(withMatchCondition("huge", "params.spec.maxReplicas > 100")),
+		bindings: bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(deny)))},
+		obj:      newDeployment("prod", "d", 1),
+		want:     nil,
 	}, {
 		name:     "namespaced paramRef without namespace for a cluster-scoped object",
 		policy:   limitsPolicy(withRules(rule("", "v1", "nodes"))),

@@ -17,6 +17,12 @@
 // a field the update leaves unchanged is dropped. This is decided by running the upstream validation again,
 // as an UPDATE whose old object is the stored object, never by reasoning about the rule by hand.
 //
+// A proposed CRD is evaluated in every version it serves. A version the cluster does not serve yet (one the
+// proposal adds) has its stored objects read in a version the cluster serves and converted as the API server
+// will convert them once the CRD is applied: upstream's converter for conversion None, then pruning by the
+// new version's schema. What cannot be read that way (a webhook conversion) and a version objects are stored
+// in that the proposal stops serving are told in Outcome.Notes.
+//
 // The package reads the cluster only through a Lister of LIST pages and the views it is given; it writes
 // nothing.
 package whatif

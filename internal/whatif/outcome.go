@@ -20,7 +20,8 @@ import (
 // Summary counts one policy's outcome.
 type Summary struct {
 	Key audit.PolicyKey
-	// Matched is the number of objects the proposed policy evaluated (gave at least one result).
+	// Matched is the number of objects the proposed policy evaluated (gave at least one result); an object
+	// read in several versions of a CRD counts once per version, as in the operator's counts.
 	Matched int
 	// New, Fixed and Unchanged count the failing results (fail, warn, error) by their whatif value.
 	New, Fixed, Unchanged int
@@ -53,6 +54,8 @@ type Outcome struct {
 	results   []audit.Result        // the proposal's results, but for passes when they are not listed
 	passes    report.CountedPasses  // the proposal's unlisted passes
 	notes     map[string]annotation // by result ID, for the listed results
+	// versionNotes say what the proposal changes about the versions stored objects are read in (see planReads).
+	versionNotes []string
 }
 
 func newOutcome(pairs []*Pair, list []audit.Verdict) *Outcome {
@@ -206,6 +209,11 @@ func (o *Outcome) Summaries() []Summary {
 
 // Rows returns the listed results, sorted by policy, object, whatif, rule and message.
 func (o *Outcome) Rows() []Row { return o.rows }
+
+// Notes says what the proposal changes about the versions the stored objects are read in that the results
+// do not show: a version objects are stored in that it stops serving, a version it serves whose objects
+// could not be evaluated.
+func (o *Outcome) Notes() []string { return o.versionNotes }
 
 // Reports returns the reports the operator would write for the proposed policies once the proposal is
 // applied: built by report.BuildCounted from the proposal's results, as the operator builds them, so that

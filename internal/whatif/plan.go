@@ -46,6 +46,9 @@ type Pair struct {
 	Proposed audit.Policy
 	// update says what the API server does with an UPDATE of an object failing Proposed.
 	update updateJudge
+	// crd is the proposed CRD and the live one, for the pair of a proposed CRD: the versions its objects
+	// can be read in.
+	crd crdRevision
 }
 
 // updateJudge decides the onUpdate property of the rejecting results of one object under a proposed policy.
@@ -86,9 +89,9 @@ func Plan(c engine.Compiler, live Live, p *Proposal, sw *Switch) ([]*Pair, error
 	var pairs []*Pair
 	for _, crd := range p.CRDs {
 		proposed := crdrules.Compile(crd, c.CRDOptions)
-		pair := &Pair{Key: proposed.Key(), Proposed: proposed, update: crdJudge{policy: proposed}}
+		pair := &Pair{Key: proposed.Key(), Proposed: proposed, update: crdJudge{policy: proposed}, crd: crdRevision{proposed: crd}}
 		if old, ok := live.CRDs[crd.Name]; ok {
-			pair.Today = c.CRD(old)
+			pair.Today, pair.crd.live = c.CRD(old), old
 		}
 		pairs = append(pairs, pair)
 	}

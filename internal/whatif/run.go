@@ -48,19 +48,24 @@ type Options struct {
 }
 
 // Run reads, page by page, every stored object some pair covers and evaluates it under each pair's policy
-// today and under the proposal. served tells which resources the cluster serves: a proposed version that is
-// not served yet has no stored objects to read. At most one page is read ahead of the workers, so memory
-// holds two pages and the kept results, whatever the number of objects.
+// today and under the proposal. served tells which resources the cluster serves: a version that a proposed
+// CRD serves and the cluster does not yet is read in a version the cluster serves and converted, as the API
+// server will serve it once the CRD is applied (see planReads; Outcome.Notes says what could not be read).
+// At most one page is read ahead of the workers, so memory holds two pages and the kept results, whatever
+// the number of objects.
 func Run(ctx context.Context, lister Lister, served func(schema.GroupVersionResource) bool, pairs []*Pair, opts Options) (*Outcome, error) {
 	opts.Workers = cmp.Or(opts.Workers, runtime.GOMAXPROCS(0))
 	opts.PageSize = cmp.Or(opts.PageSize, DefaultPageSize)
 	idx := newIndex(pairs)
 	out := newOutcome(pairs, opts.List)
+	reads, notes := planReads(pairs, idx.resources, served)
+	out.versionNotes = notes
 	for _, gvr := range idx.resources {
-		if !served(gvr) {
+		r, ok := reads[gvr]
+		if !ok {
 			continue
 		}
-		if err := runResource(ctx, lister, gvr, idx.byGVR[gvr], opts, out); err != nil {
+		if err := runResource(ctx, lister, gvr, r, idx.byGVR[gvr], opts, out); err != nil {
 			return nil, err
 		}
 	}
@@ -114,8 +119,8 @@ func newIndex(pairs []*Pair) index {
 	return idx
 }
 
-// runResource lists gvr page by page; while workers evaluate a page's items, the next page is read.
-func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionResource, covs []coverage, opts Options, out *Outcome) error {
+// runResource lists gvr (through r) page by page; while workers evaluate a page's items, the next page is read.
+func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionResource, r readPlan, covs []coverage, opts Options, out *Outcome) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pages := make(chan *listjson.Page) // unbuffered: the reader is at most one page ahead
@@ -124,9 +129,9 @@ func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionReso
 		defer close(pages)
 		listOpts := metav1.ListOptions{Limit: opts.PageSize}
 		for {
-			page, err := lister.List(ctx, gvr, "", listOpts)
+			page, err := lister.List(ctx, r.from, "", listOpts)
 			if err != nil {
-				readErr <- &ReadError{Resource: gvr, Err: err}
+				readErr <- &ReadError{Resource: r.from, Err: err}
 				return
 			}
 			select {
@@ -140,7 +145,7 @@ func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionReso
 		}
 	}()
 	for page := range pages {
-		if err := evaluatePage(ctx, gvr, page, covs, opts.Workers, out); err != nil {
+		if err := evaluatePage(ctx, gvr, page, r.convert, covs, opts.Workers, out); err != nil {
 			cancel()
 			for range pages { //nolint:revive // drain so that the reader returns
 			}
@@ -155,8 +160,9 @@ func runResource(ctx context.Context, lister Lister, gvr schema.GroupVersionReso
 	}
 }
 
-// evaluatePage evaluates the page's items with workers, each decoding its own items.
-func evaluatePage(ctx context.Context, gvr schema.GroupVersionResource, page *listjson.Page, covs []coverage, workers int, out *Outcome) error {
+// evaluatePage evaluates the page's items, read at gvr (after convert, when not nil), with workers, each
+// decoding its own items.
+func evaluatePage(ctx context.Context, gvr schema.GroupVersionResource, page *listjson.Page, convert convertFunc, covs []coverage, workers int, out *Outcome) error {
 	n := page.Len()
 	var (
 		wg       sync.WaitGroup
@@ -169,6 +175,9 @@ func evaluatePage(ctx context.Context, gvr schema.GroupVersionResource, page *li
 			acc := newAccumulator(out)
 			for i := range next {
 				obj, err := page.Item(i)
+				if err == nil && convert != nil {
+					obj, err = convert(obj)
+				}
 				if err != nil {
 					mu.Lock()
 					firstErr = cmp.Or(firstErr, error(&ReadError{Resource: gvr, Err: err}))

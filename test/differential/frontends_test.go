@@ -47,9 +47,18 @@ func TestFrontendsAgree(t *testing.T) {
 		{"fail fe-c/Widget/huge widgets.frontends.example.com: spec: Invalid value: ", "size xxl is not one of s, m, l"},
 		{"fail fe-b/Widget/long widgets.frontends.example.com: spec.owner: Too long: may not be more than 8 bytes"},
 		{"pass fe-a/Widget/even widgets.frontends.example.com: "},
+		{"warn fe-c/ConfigMap/odd fe-sized: size must be a number [binding=fe-sized "},
+		{"pass fe-b/ConfigMap/big fe-sized: ", "binding=fe-sized"},
 	} {
 		if !slices.ContainsFunc(fromFiles, func(r string) bool { return containsAll(r, want) }) {
 			t.Errorf("evaluating the file: no result with %q among\n%s", want, strings.Join(fromFiles, "\n"))
+		}
+	}
+	// The ConfigMaps without a size are excluded by fe-sized's matchCondition: the API server admits them
+	// without a word, and so does every front end (the others must equal the file's results).
+	for _, excluded := range []string{" fe-a/ConfigMap/limits fe-sized: ", " fe-b/ConfigMap/limits fe-sized: "} {
+		if i := slices.IndexFunc(fromFiles, func(r string) bool { return strings.Contains(r, excluded) }); i >= 0 {
+			t.Errorf("evaluating the file: a result for an object a matchCondition excludes: %s", fromFiles[i])
 		}
 	}
 

@@ -262,7 +262,8 @@ func ptPolicies() []ptPolicy {
 			{name: "pod-network", expect: "admit", verdicts: "pass", template: func(t *corev1.PodTemplateSpec) {
 				t.Annotations = map[string]string{"pt/check": "true"}
 			}},
-			{name: "unchecked", expect: "admit", verdicts: "skip", template: func(t *corev1.PodTemplateSpec) { t.Spec.HostNetwork = true }},
+			// The matchCondition excludes the Pod: the API server admits it without a word, and no result.
+			{name: "unchecked", expect: "admit", verdicts: "none", template: func(t *corev1.PodTemplateSpec) { t.Spec.HostNetwork = true }},
 			{name: "host-elsewhere", namespace: ptOffNamespace, expect: "admit", verdicts: "none", template: func(t *corev1.PodTemplateSpec) {
 				t.Annotations = map[string]string{"pt/check": "true"}
 				t.Spec.HostNetwork = true

@@ -2,10 +2,12 @@ package differential
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -115,17 +117,18 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 	// wi-a/limits (max 5) on every ConfigMap of wi-a; wi-size-labelled (Warn, Audit) on the labelled
 	// ConfigMaps of wi-a and wi-b with the labelled param of their namespace (none in wi-a: a configuration
 	// error, which the API server denies whatever the actions). wi-team (Warn) on everything of the three
-	// namespaces: wi-c names no team, and the token of wi-a is long.
+	// namespaces: wi-c names no team, and the token of wi-a is long. wi-sized (Warn) on the ConfigMaps with a
+	// size: its matchCondition excludes the two limits, which get no result of it.
 	w.step("add the policies", policies, cli.ExitViolations, []string{
 		"wi-a/limits pass unchanged", "wi-a/limits pass unchanged",
-		"wi-a/small pass unchanged", "wi-a/small error new", "wi-a/small pass unchanged",
-		"wi-a/big fail new", "wi-a/big pass unchanged",
+		"wi-a/small pass unchanged", "wi-a/small error new", "wi-a/small pass unchanged", "wi-a/small pass unchanged",
+		"wi-a/big fail new", "wi-a/big pass unchanged", "wi-a/big pass unchanged",
 		"wi-a/token warn new",
 		"wi-a/even pass unchanged", "wi-a/odd pass unchanged",
 		"wi-b/limits pass unchanged",
-		"wi-b/big pass unchanged", "wi-b/big pass unchanged",
+		"wi-b/big pass unchanged", "wi-b/big pass unchanged", "wi-b/big pass unchanged",
 		"wi-b/long pass unchanged",
-		"wi-c/odd warn new",
+		"wi-c/odd warn new", "wi-c/odd warn new",
 		"wi-c/huge warn new",
 	}, w.answers("ConfigMap", "wi-a", "big", "create", "size 9 exceeds 5"), w.checkVAP)
 
@@ -163,6 +166,30 @@ func TestWhatifPredictsAPIServer(t *testing.T) {
 		"wi-a/big fail unchanged",
 		"wi-b/big pass unchanged",
 	}, w.answers("ConfigMap", "wi-a", "big", "update", ""), w.checkVAP)
+
+	// 6. A stricter version served beside v1 (conversion None, v1 still the storage version): the stored
+	// Widgets read in v2 must satisfy the original rules, an owner of at most 8 bytes and at most 3 replicas.
+	// v1 is unchanged; every finding in v2 is new, and the API server rejects a write in v2 exactly as
+	// predicted.
+	v2 := versions[0].(map[string]any)
+	v2 = runtime.DeepCopyJSON(v2)
+	v2["name"], v2["storage"] = "v2", false
+	if err := unstructured.SetNestedField(v2, int64(3), "schema", "openAPIV3Schema", "properties", "spec", "properties", "replicas", "maximum"); err != nil {
+		t.Fatal(err)
+	}
+	twoVersions := revised.DeepCopy()
+	if err := unstructured.SetNestedSlice(twoVersions.Object, append(slices.Clone(revisedVersions), v2), "spec", "versions"); err != nil {
+		t.Fatal(err)
+	}
+	w.step("serve a stricter version", []*unstructured.Unstructured{twoVersions}, cli.ExitViolations, []string{
+		"wi-a/even pass unchanged", "wi-a/odd pass unchanged", "wi-b/long pass unchanged", "wi-c/huge fail unchanged", // v1
+		"wi-a/even pass unchanged", // v2
+		"wi-a/odd fail new",        // replicas must be even
+		"wi-b/long fail new",       // too long
+		"wi-b/long skip new",       // the rules are not run over an object too long for its schema
+		"wi-c/huge fail new",       // at most 3 replicas
+		"wi-c/huge fail new",       // size xxl
+	}, w.answersIn("v2", "Widget", "wi-a", "odd", "create", "replicas must be even"), w.checkCRD)
 
 	if w.ratcheted == 0 || w.rejected == 0 || w.allowed == 0 {
 		t.Errorf("the rollout checked %d ratcheted, %d rejected and %d allowed updates: want each", w.ratcheted, w.rejected, w.allowed)
@@ -266,6 +293,11 @@ func (w *whatifRollout) predict(t *testing.T, proposal []*unstructured.Unstructu
 // its no-op update) for the stored object of kind, namespace and name with an error containing text, or
 // accepts it when text is "".
 func (w *whatifRollout) answers(kind, namespace, name, request, text string) func() error {
+	return w.answersIn("", kind, namespace, name, request, text)
+}
+
+// answersIn is answers for the request made in version ("" for the version the fixture stores).
+func (w *whatifRollout) answersIn(version, kind, namespace, name, request, text string) func() error {
 	return func() error {
 		ctx := context.Background()
 		var obj *unstructured.Unstructured
@@ -274,7 +306,7 @@ func (w *whatifRollout) answers(kind, namespace, name, request, text string) fun
 				obj = o
 			}
 		}
-		res := w.resource(obj)
+		res := w.resourceIn(obj, version)
 		current, err := res.Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -310,19 +342,40 @@ func (w *whatifRollout) storedOf(kind string) []*unstructured.Unstructured {
 }
 
 func (w *whatifRollout) resource(obj *unstructured.Unstructured) dynamic.ResourceInterface {
-	gvk := obj.GroupVersionKind()
-	plural := strings.ToLower(gvk.Kind) + "s"
-	return w.dyn.Resource(schema.GroupVersionResource{Group: gvk.Group, Version: gvk.Version, Resource: plural}).Namespace(obj.GetNamespace())
+	return w.resourceIn(obj, "")
 }
 
-// checkCRD compares the predictions for each stored Widget with the API server's answers: a dry-run create
-// of the stored object fails with exactly the predicted field errors; a no-op update is rejected exactly when
-// a failure is predicted rejected; an update that touches the fields of the failures predicted ratcheted is
-// rejected.
+// resourceIn is the resource of obj in version ("" for obj's own).
+func (w *whatifRollout) resourceIn(obj *unstructured.Unstructured, version string) dynamic.ResourceInterface {
+	gvk := obj.GroupVersionKind()
+	plural := strings.ToLower(gvk.Kind) + "s"
+	return w.dyn.Resource(schema.GroupVersionResource{Group: gvk.Group, Version: cmp.Or(version, gvk.Version), Resource: plural}).Namespace(obj.GetNamespace())
+}
+
+// checkCRD compares the predictions for each stored Widget, in each version predicted, with the API server's
+// answers to requests in that version: a dry-run create of the stored object fails with exactly the predicted
+// field errors; a no-op update is rejected exactly when a failure is predicted rejected; an update that
+// touches the fields of the failures predicted ratcheted is rejected.
 func (w *whatifRollout) checkCRD(predicted []prediction) error {
+	versions := map[string]bool{}
+	for _, p := range predicted {
+		if p.kind == "Widget" {
+			versions[p.props[audit.PropCRDVersion]] = true
+		}
+	}
+	for _, version := range slices.Sorted(maps.Keys(versions)) {
+		if err := w.checkCRDIn(version, predicted); err != nil {
+			return fmt.Errorf("version %s: %w", version, err)
+		}
+	}
+	return nil
+}
+
+// checkCRDIn is checkCRD for the predictions and requests of one version.
+func (w *whatifRollout) checkCRDIn(version string, predicted []prediction) error {
 	ctx := context.Background()
 	for _, obj := range w.storedOf("Widget") {
-		res := w.resource(obj)
+		res := w.resourceIn(obj, version)
 		current, err := res.Get(ctx, obj.GetName(), metav1.GetOptions{})
 		if err != nil {
 			return err
@@ -331,7 +384,7 @@ func (w *whatifRollout) checkCRD(predicted []prediction) error {
 		var ratcheted []prediction
 		rejectedOnUpdate := false
 		for _, p := range predicted {
-			if p.kind != "Widget" || p.object() != obj.GetNamespace()+"/"+obj.GetName() {
+			if p.kind != "Widget" || p.object() != obj.GetNamespace()+"/"+obj.GetName() || p.props[audit.PropCRDVersion] != version {
 				continue
 			}
 			// Field errors: failures, and the skip of rules not run because of them (it has a reason).

@@ -183,7 +183,8 @@ type AuditPolicyStatus struct {
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
 
-	// Matched is the number of objects the policy covers.
+	// Matched is the number of objects the policy judges: those with at least one result. An object its
+	// matchConditions exclude is not counted, as the API server admits it without evaluating the policy.
 	// +optional
 	Matched int64 `json:"matched"`
 	// Pass, Fail, Warn, Error and Skip count the policy's results by verdict.

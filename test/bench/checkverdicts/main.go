@@ -5,7 +5,9 @@
 //
 // The workload's result is the verdict a [Deny] binding would give: a violation is "fail" whatever the
 // binding's actions, so check's warn results (violations under [Warn] or [Audit] bindings) are "fail". The
-// workload's "skip" lines are the pairs whose matchConditions are false, which celaudit reports as skips.
+// workload's "excluded" lines are the pairs whose matchConditions are false: the API server admits those
+// objects without a word, and so must check, so no result is expected for them, and one is reported as a
+// result for an excluded pair.
 //
 //	kubectl-celaudit check -f objects/ --rules policies/ --rules params/ --rules crds/ --rules namespaces.yaml \
 //	    -o json --results all | go run ./test/bench/checkverdicts -expected expected/verdicts.tsv
@@ -48,18 +50,84 @@ func main() {
 		fmt.Fprintln(os.Stderr, "checkverdicts:", err)
 		os.Exit(2)
 	}
-	missing, extra := diff(want, lines)
-	for _, l := range missing {
+	c := compare(want, lines)
+	for _, l := range c.missing {
 		fmt.Println("- " + l)
 	}
-	for _, l := range extra {
+	for _, l := range c.extra {
 		fmt.Println("+ " + l)
 	}
-	fmt.Printf("%d expected lines, %d from check: %d equal, %d missing, %d extra\n",
-		len(want), len(lines), len(want)-len(missing), len(missing), len(extra))
-	if len(missing)+len(extra) > 0 {
+	for _, l := range c.excludedWithResult {
+		fmt.Println("! " + l)
+	}
+	fmt.Println(c)
+	if !c.ok() {
 		os.Exit(1)
 	}
+}
+
+// excluded is the result of the workload's lines whose pair the policy's matchConditions exclude.
+const excluded = "excluded"
+
+// comparison is the outcome of comparing check's lines with the workload's.
+type comparison struct {
+	expected, got int // lines expecting a result, lines from check
+	equal         int
+	// missing are expected lines check has not, extra lines of check not expected (results for excluded
+	// pairs included), excludedWithResult the lines of check for a pair the workload says is excluded.
+	missing, extra, excludedWithResult []string
+	// excludedSilent counts the excluded pairs check gives no result for, as expected.
+	excludedSilent, excludedTotal int
+}
+
+func (c comparison) ok() bool {
+	return len(c.missing)+len(c.extra)+len(c.excludedWithResult) == 0
+}
+
+func (c comparison) String() string {
+	return fmt.Sprintf("%d expected lines, %d from check: %d equal, %d missing, %d extra; %d of %d excluded pairs without a result",
+		c.expected, c.got, c.equal, len(c.missing), len(c.extra), c.excludedSilent, c.excludedTotal)
+}
+
+// compare compares check's sorted lines with the workload's: want's lines whose result is excluded expect
+// no line of check for their (policy, binding, object).
+func compare(want, got []string) comparison {
+	var expected []string
+	excludedPairs := map[string]bool{}
+	for _, l := range want {
+		if resultOf(l) == excluded {
+			excludedPairs[pairOf(l)] = true
+			continue
+		}
+		expected = append(expected, l)
+	}
+	c := comparison{expected: len(expected), got: len(got), excludedTotal: len(excludedPairs)}
+	c.missing, c.extra = diff(expected, got)
+	c.equal = len(expected) - len(c.missing)
+	withResult := map[string]bool{}
+	for _, l := range got {
+		if p := pairOf(l); excludedPairs[p] {
+			c.excludedWithResult = append(c.excludedWithResult, l)
+			withResult[p] = true
+		}
+	}
+	c.excludedSilent = len(excludedPairs) - len(withResult)
+	return c
+}
+
+// pairOf is a line's policy, binding and object (its first five fields).
+func pairOf(line string) string {
+	f := strings.SplitN(line, "\t", 6)
+	return strings.Join(f[:min(5, len(f))], "\t")
+}
+
+// resultOf is a line's result (its sixth field).
+func resultOf(line string) string {
+	f := strings.Split(line, "\t")
+	if len(f) < 6 {
+		return ""
+	}
+	return f[5]
 }
 
 // convert reads a v1 List of PolicyReports and ClusterPolicyReports and returns its VAP results as sorted
