@@ -20,7 +20,7 @@ import (
 // TestReadErrorResultComplete publishes the error result of a resource that cannot be read, for each kind of
 // policy, and checks that Policy Reporter can file it with the policy's other results: a rule name, the
 // policy's category and severity, and a resource that is not blank (Policy Reporter shows a blank one as an
-// object without kind or name).
+// object without kind or name), and the kind of the policy, which its name does not tell.
 func TestReadErrorResultComplete(t *testing.T) {
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	crd := &apiextensionsv1.CustomResourceDefinition{
@@ -49,6 +49,7 @@ func TestReadErrorResultComplete(t *testing.T) {
 		wantRule                   string
 		wantCategory, wantSeverity string
 		wantResource               string // apiVersion/kind
+		wantPolicyKind             string // "" for none
 	}{{
 		name:         "CRD",
 		policy:       crdrules.Compile(crd, crdrules.Options{Category: "Storage", Severity: audit.SeverityLow}),
@@ -56,14 +57,14 @@ func TestReadErrorResultComplete(t *testing.T) {
 		kind:         "Widget",
 		wantRule:     "read (example.com/v1/widgets)",
 		wantCategory: "Storage", wantSeverity: audit.SeverityLow,
-		wantResource: "example.com/v1/Widget",
+		wantResource: "example.com/v1/Widget", wantPolicyKind: "CustomResourceDefinition",
 	}, {
 		name:         "ValidatingAdmissionPolicy, kind unknown",
 		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
 		gvr:          configMaps,
 		wantRule:     "read (v1/configmaps)",
 		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
-		wantResource: "v1/",
+		wantResource: "v1/", wantPolicyKind: "ValidatingAdmissionPolicy",
 	}, {
 		name:         "policy without category or severity",
 		policy:       &keyPolicy{name: "plain", key: "bad"},
@@ -95,6 +96,9 @@ func TestReadErrorResultComplete(t *testing.T) {
 			}
 			if got.Category != c.wantCategory || string(got.Severity) != c.wantSeverity {
 				t.Errorf("category %q, severity %q; want %q, %q", got.Category, got.Severity, c.wantCategory, c.wantSeverity)
+			}
+			if kind := got.Properties[audit.PropPolicyKind]; kind != c.wantPolicyKind {
+				t.Errorf("policyKind %q, want %q", kind, c.wantPolicyKind)
 			}
 			if got.Result != "error" || !strings.HasPrefix(got.Message, "cannot read ") {
 				t.Errorf("result %s %q: want the read error", got.Result, got.Message)

@@ -533,12 +533,13 @@ func (w *watcher) kind() string {
 func readErrorResult(p audit.Policy, gvr schema.GroupVersionResource, kind, msg string) audit.Result {
 	category, severity := audit.ClassOf(p)
 	return audit.Result{
-		Policy:   p.Key().Name,
-		Rule:     audit.RuleName(audit.RuleRead, ResourceString(gvr)),
-		Category: category,
-		Severity: severity,
-		Verdict:  audit.Error,
-		Message:  msg,
+		Policy:       p.Key().Name,
+		PolicySource: p.Key().Source,
+		Rule:         audit.RuleName(audit.RuleRead, ResourceString(gvr)),
+		Category:     category,
+		Severity:     severity,
+		Verdict:      audit.Error,
+		Message:      msg,
 		Properties: map[string]string{
 			"resource": ResourceString(gvr),
 		},
