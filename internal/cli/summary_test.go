@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"strconv"
 	"testing"
 	"time"
 
@@ -43,17 +44,46 @@ func policyReport(ns string, pass int, results ...v1alpha2.PolicyReportResult) v
 }
 
 func TestSummarize(t *testing.T) {
+	kind := audit.PropPolicyKind
+	// id gives each result a resultID of its own, as the operator's reports do.
+	n := 0
+	id := func(r v1alpha2.PolicyReportResult) v1alpha2.PolicyReportResult {
+		n++
+		r.Properties[audit.PropResultID] = strconv.Itoa(n)
+		return r
+	}
 	crd := func(v audit.Verdict) v1alpha2.PolicyReportResult {
-		return result("widgets.example.com", v, audit.PropCRDVersion, "v1")
+		return id(result("widgets.example.com", v, kind, "CustomResourceDefinition", audit.PropCRDVersion, "v1"))
 	}
 	vap := func(v audit.Verdict) v1alpha2.PolicyReportResult {
-		return result("owner", v, audit.PropBinding, "owner")
+		return id(result("owner", v, kind, "ValidatingAdmissionPolicy", audit.PropBinding, "owner"))
 	}
 	ap := func(v audit.Verdict) v1alpha2.PolicyReportResult {
-		return result("team", v, audit.PropBinding, "celaudit-team")
+		return id(result("team", v, kind, "AuditPolicy", audit.PropBinding, "celaudit-team"))
 	}
 	audited := v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team"}, Status: v1alpha1.AuditPolicyStatus{
 		Matched: 7, Pass: 5, Warn: 2, LastAuditTime: &metav1.Time{Time: time.Unix(1, 0)},
+	}}
+	// listed are reports that list their passes: 2 CRD results (a pass and a fail), 5 of the VAP.
+	listed := report.Reports{
+		PolicyReports: []v1alpha2.PolicyReport{
+			policyReport("a", 3, crd(audit.Pass), crd(audit.Fail), vap(audit.Pass), vap(audit.Pass), vap(audit.Skip)),
+			policyReport("b", 1, vap(audit.Pass), vap(audit.Error)),
+		},
+		ClusterPolicyReports: []v1alpha2.ClusterPolicyReport{{Summary: v1alpha2.PolicyReportSummary{Pass: 1},
+			Results: []v1alpha2.PolicyReportResult{crd(audit.Pass)}}},
+	}
+	listedWant := SummaryList{Policies: []PolicySummary{
+		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
+		{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](5), Pass: ptr.To[int64](3), Error: 1, Skip: 1},
+		{Source: audit.SourceVAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), SafeToEnforce: true},
+	}}
+	// counted are reports of namespace a that count 9 passes without listing them.
+	counted := report.Reports{PolicyReports: []v1alpha2.PolicyReport{policyReport("a", 9, vap(audit.Warn), ap(audit.Warn), ap(audit.Warn))}}
+	countedWant := SummaryList{UnlistedPasses: 9, Policies: []PolicySummary{
+		{Source: audit.SourceAuditPolicy, Policy: "new", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0)},
+		{Source: audit.SourceAuditPolicy, Policy: "team", Matched: ptr.To[int64](7), Pass: ptr.To[int64](5), Warn: 2},
+		{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
 	}}
 	for _, tc := range []struct {
 		name string
@@ -62,44 +92,52 @@ func TestSummarize(t *testing.T) {
 	}{
 		{
 			name: "passes listed: exact counts per source",
-			in: summaryInputs{reports: report.Reports{
-				PolicyReports: []v1alpha2.PolicyReport{
-					policyReport("a", 3, crd(audit.Pass), crd(audit.Fail), vap(audit.Pass), vap(audit.Pass), vap(audit.Skip)),
-					policyReport("b", 1, vap(audit.Pass), vap(audit.Error)),
-				},
-				ClusterPolicyReports: []v1alpha2.ClusterPolicyReport{{Summary: v1alpha2.PolicyReportSummary{Pass: 1},
-					Results: []v1alpha2.PolicyReportResult{crd(audit.Pass)}}},
-			}, policies: []audit.PolicyKey{audit.VAPKey("quiet")}},
-			want: SummaryList{Policies: []PolicySummary{
-				{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
-				{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](5), Pass: ptr.To[int64](3), Error: 1, Skip: 1},
-				{Source: audit.SourceVAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), SafeToEnforce: true},
-			}},
+			in:   summaryInputs{reports: []report.Reports{listed}, policies: []audit.PolicyKey{audit.VAPKey("quiet")}},
+			want: listedWant,
+		},
+		{
+			name: "both report APIs list the same results: each counts once",
+			in:   summaryInputs{reports: []report.Reports{listed, listed}, policies: []audit.PolicyKey{audit.VAPKey("quiet")}},
+			want: listedWant,
 		},
 		{
 			name: "passes counted only: unknown passes, AuditPolicies from their status",
 			in: summaryInputs{
-				reports: report.Reports{PolicyReports: []v1alpha2.PolicyReport{
-					policyReport("a", 9, vap(audit.Warn), ap(audit.Warn), ap(audit.Warn)),
-				}},
+				reports:       []report.Reports{counted},
 				auditPolicies: []v1alpha1.AuditPolicy{audited, {ObjectMeta: metav1.ObjectMeta{Name: "new"}}},
 			},
-			want: SummaryList{UnlistedPasses: 9, Policies: []PolicySummary{
-				{Source: audit.SourceAuditPolicy, Policy: "new", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0)},
-				{Source: audit.SourceAuditPolicy, Policy: "team", Matched: ptr.To[int64](7), Pass: ptr.To[int64](5), Warn: 2},
-				{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
-			}},
+			want: countedWant,
 		},
 		{
-			// Without its AuditPolicy (deleted since), a pair's results are a VAP's.
-			name: "results of a binding named like an AuditPolicy's pair",
-			in: summaryInputs{reports: report.Reports{PolicyReports: []v1alpha2.PolicyReport{
-				policyReport("a", 0, ap(audit.Fail), result("cannot-read", audit.Error), result("gadgets.example.com", audit.Error)),
-			}}},
-			want: SummaryList{Policies: []PolicySummary{
-				{Source: audit.SourceCRD, Policy: "gadgets.example.com", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
-				{Source: audit.SourceVAP, Policy: "cannot-read", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
-				{Source: audit.SourceVAP, Policy: "team", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Fail: 1},
+			name: "both report APIs count the same passes: counted once",
+			in: summaryInputs{
+				reports:       []report.Reports{counted, counted},
+				auditPolicies: []v1alpha1.AuditPolicy{audited, {ObjectMeta: metav1.ObjectMeta{Name: "new"}}},
+			},
+			want: countedWant,
+		},
+		{
+			name: "each report API holds other namespaces",
+			in: summaryInputs{reports: []report.Reports{
+				{PolicyReports: []v1alpha2.PolicyReport{policyReport("a", 0, vap(audit.Fail))}},
+				{PolicyReports: []v1alpha2.PolicyReport{policyReport("b", 2, vap(audit.Fail))}},
+			}},
+			want: SummaryList{UnlistedPasses: 2, Policies: []PolicySummary{{Source: audit.SourceVAP, Policy: "owner", Fail: 2}}},
+		},
+		{
+			name: "the kind a result names, not its name or other properties",
+			in: summaryInputs{reports: []report.Reports{{PolicyReports: []v1alpha2.PolicyReport{policyReport("a", 0,
+				id(result("widgets.example.com", audit.Fail, kind, "ValidatingAdmissionPolicy", audit.PropBinding, "widgets.example.com")),
+				id(result("widgets.example.com", audit.Error, kind, "CustomResourceDefinition")),
+				// A deleted AuditPolicy's results are still the AuditPolicy's.
+				ap(audit.Fail),
+				// Written by an earlier celaudit.
+				id(result("gadgets.example.com", audit.Fail, audit.PropCRDVersion, "v1")),
+			)}}}},
+			want: SummaryList{Unattributed: 1, Policies: []PolicySummary{
+				{Source: audit.SourceAuditPolicy, Policy: "team", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Fail: 1},
+				{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1},
+				{Source: audit.SourceVAP, Policy: "widgets.example.com", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Fail: 1},
 			}},
 		},
 	} {
@@ -114,7 +152,7 @@ func TestSummarize(t *testing.T) {
 
 func TestSummaryTable(t *testing.T) {
 	var buf bytes.Buffer
-	err := printSummaryTable(&buf, SummaryList{UnlistedPasses: 3, Policies: []PolicySummary{
+	err := printSummaryTable(&buf, SummaryList{UnlistedPasses: 3, Unattributed: 2, Policies: []PolicySummary{
 		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1},
 		{Source: audit.SourceVAP, Policy: "owner", Warn: 1},
 	}})
@@ -126,6 +164,8 @@ crd      widgets.example.com   3         2      1      0      0       0      fal
 vap      owner                 -         -      0      1      0       0      false
 
 3 passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.
+
+2 listed results do not name the kind of their policy (policyKind): an earlier celaudit wrote them, and they are counted once the operator has rewritten its reports.
 `
 	if buf.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", buf.String(), want)
