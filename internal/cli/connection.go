@@ -22,8 +22,8 @@ import (
 // requests per second, burst 10, made such a run wait on the client more than on the server. API Priority
 // and Fairness, not the client, protects the API server from a reader, as it does from kubectl's.
 const (
-	DefaultQPS   = 50
-	DefaultBurst = 100
+	defaultQPS   = 50
+	defaultBurst = 100
 )
 
 // clientOptions are the flags that shape how the plugin talks to the API server and logs, named as kubectl
@@ -43,8 +43,8 @@ type clientOptions struct {
 
 func newClientOptions(errOut io.Writer) *clientOptions {
 	return &clientOptions{
-		QPS:    DefaultQPS,
-		Burst:  DefaultBurst,
+		QPS:    defaultQPS,
+		Burst:  defaultBurst,
 		errOut: errOut,
 		log:    textlogger.NewConfig(textlogger.Output(errOut)),
 	}
