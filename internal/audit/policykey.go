@@ -18,6 +18,30 @@ const (
 	SourceAPIServer PolicySource = "apiserver"
 )
 
+// Kind returns the kind of the object the policy comes from, as a result's property PropPolicyKind names it:
+// CustomResourceDefinition, ValidatingAdmissionPolicy or AuditPolicy; "" for an unknown source.
+func (s PolicySource) Kind() string {
+	switch s {
+	case SourceCRD:
+		return "CustomResourceDefinition"
+	case SourceVAP:
+		return "ValidatingAdmissionPolicy"
+	case SourceAuditPolicy:
+		return "AuditPolicy"
+	}
+	return ""
+}
+
+// SourceOfKind returns the source whose Kind is kind, and false for any other kind.
+func SourceOfKind(kind string) (PolicySource, bool) {
+	for _, s := range []PolicySource{SourceCRD, SourceVAP, SourceAuditPolicy} {
+		if s.Kind() == kind {
+			return s, true
+		}
+	}
+	return "", false
+}
+
 // PolicyKey identifies a policy among every source, from compilation to report: a CRD and a
 // ValidatingAdmissionPolicy may share a name, so the name alone does not. Results carry the name; the
 // key is what the scan, the result store and the reconcilers index by.

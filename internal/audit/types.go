@@ -48,6 +48,10 @@ const (
 	// AnnotationExpandPodTemplates). It tells these results from the rule's results on the workload itself,
 	// and gives them IDs of their own.
 	PropPodTemplate = "podTemplate"
+	// PropPolicyKind is the kind of the object a published result's policy comes from (see
+	// PolicySource.Kind): readers tell a CRD from a ValidatingAdmissionPolicy or an AuditPolicy of the same
+	// name by it, not by the name or the other properties.
+	PropPolicyKind = "policyKind"
 )
 
 // ObjectRef identifies an audited object in the version it was read in.
@@ -75,14 +79,17 @@ func RefOf(obj *unstructured.Unstructured) ObjectRef {
 // Results must be deterministic: evaluating the same rule on the same object yields an identical Result, so
 // that an unchanged cluster produces byte-identical reports.
 type Result struct {
-	Policy     string
-	Rule       string
-	Category   string
-	Severity   string
-	Verdict    Verdict
-	Message    string
-	Properties map[string]string
-	Resource   ObjectRef
+	// Policy and PolicySource are the key of the policy the result comes from: its name, and the kind of
+	// object it is compiled from, which reports publish as the property PropPolicyKind.
+	Policy       string
+	PolicySource PolicySource
+	Rule         string
+	Category     string
+	Severity     string
+	Verdict      Verdict
+	Message      string
+	Properties   map[string]string
+	Resource     ObjectRef
 }
 
 // Policy is a compiled source of rules. Compilation happens once, when the policy is built; Evaluate is

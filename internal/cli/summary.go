@@ -7,8 +7,8 @@ import (
 	"io"
 	"slices"
 	"strconv"
-	"strings"
 
+	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/spf13/cobra"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -37,6 +37,8 @@ import (
 var (
 	policyReportsGVR        = v1alpha2.GroupVersion.WithResource("policyreports")
 	clusterPolicyReportsGVR = v1alpha2.GroupVersion.WithResource("clusterpolicyreports")
+	openReportsGVR          = schema.GroupVersionResource{Group: openreportsv1alpha1.GroupVersion.Group, Version: openreportsv1alpha1.GroupVersion.Version, Resource: "reports"}
+	openClusterReportsGVR   = schema.GroupVersionResource{Group: openreportsv1alpha1.GroupVersion.Group, Version: openreportsv1alpha1.GroupVersion.Version, Resource: "clusterreports"}
 	auditPoliciesGVR        = v1alpha1.GroupVersion.WithResource("auditpolicies")
 	vapsGVR                 = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
 	vapBindingsGVR          = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
@@ -73,11 +75,17 @@ type SummaryList struct {
 	Policies []PolicySummary `json:"policies"`
 	// UnlistedPasses counts the passes the reports count but do not list, which no policy's Pass includes.
 	UnlistedPasses int64 `json:"unlistedPasses"`
+	// Unattributed counts the listed results that do not say which kind of policy they come from (the
+	// property policyKind, which reports written by an earlier celaudit lack), and which no policy's
+	// counts include.
+	Unattributed int64 `json:"unattributed,omitempty"`
 }
 
 // summaryInputs is what summary reads from the cluster.
 type summaryInputs struct {
-	reports       report.Reports
+	// reports holds celaudit's reports in each report API the cluster has them in: PolicyReports, and
+	// OpenReports converted to their form.
+	reports       []report.Reports
 	auditPolicies []v1alpha1.AuditPolicy
 	// policies are the CRDs with validation rules and the bound ValidatingAdmissionPolicies celaudit audits,
 	// listed even when no report lists a result of theirs.
@@ -91,12 +99,16 @@ func newSummaryCommand(flags *genericclioptions.ConfigFlags, streams genericioop
 	cmd := &cobra.Command{
 		Use:   "summary",
 		Short: "Per policy, the results in celaudit's reports and whether it is safe to enforce",
-		Long: `summary reads celaudit's PolicyReports and ClusterPolicyReports (all namespaces, or the one given with
--n), the AuditPolicies' status, and the cluster's CRDs and ValidatingAdmissionPolicies, and prints per
-policy the objects it matches and its results. A policy is safe to enforce (True) when it judged objects
-and none of its results is a fail, warn or error; False when some is; Unknown when it cannot be told: it
-judged nothing, some results are skips or about a resource it cannot read, it covers subresources, or the
-reports do not list passes.
+		Long: `summary reads celaudit's reports (all namespaces, or the one given with -n), the AuditPolicies' status,
+and the cluster's CRDs and ValidatingAdmissionPolicies, and prints per policy the objects it matches and its
+results. A policy is safe to enforce (True) when it judged objects and none of its results is a fail, warn or
+error; False when some is; Unknown when it cannot be told: it judged nothing, some results are skips or about
+a resource it cannot read, it covers subresources, or the reports do not list passes.
+
+The reports are read in whichever API the cluster holds them: PolicyReports and ClusterPolicyReports
+(wgpolicyk8s.io, the operator's --report-api=wgpolicy), Reports and ClusterReports (openreports.io,
+--report-api=openreports), or both (--report-api=both), where a result listed in both APIs counts once.
+Each result is filed under the kind of policy its property policyKind names.
 
 Pass and matched counts are exact for AuditPolicies and when the reports list passes (the operator's
 --report-results includes pass); otherwise the reports only count passes in their summary and they are shown
@@ -170,16 +182,9 @@ func convertInto(obj *unstructured.Unstructured, into runtime.Object) error {
 
 func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace string) (summaryInputs, error) {
 	var in summaryInputs
-	managed := metav1.ListOptions{LabelSelector: report.ManagedByLabel + "=" + report.ManagedByValue, Limit: summaryPageSize}
 	var err error
-	if in.reports.PolicyReports, err = listTyped[v1alpha2.PolicyReport](ctx, client, policyReportsGVR, namespace, managed); err != nil {
+	if in.reports, err = readReports(ctx, client, namespace); err != nil {
 		return in, err
-	}
-	if namespace == "" {
-		in.reports.ClusterPolicyReports, err = listTyped[v1alpha2.ClusterPolicyReport](ctx, client, clusterPolicyReportsGVR, "", managed)
-		if err != nil {
-			return in, err
-		}
 	}
 	if in.auditPolicies, err = listTyped[v1alpha1.AuditPolicy](ctx, client, auditPoliciesGVR, "", metav1.ListOptions{}); err != nil {
 		return in, err
@@ -231,6 +236,38 @@ func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace 
 	return in, err
 }
 
+// readReports reads celaudit's reports of namespace ("" for every namespace and the cluster-scoped reports)
+// in each report API the cluster serves, the OpenReports converted to the PolicyReport form. An API whose
+// CRDs are not installed yields nothing (see listAll); an API that holds no report of celaudit's is left
+// out.
+func readReports(ctx context.Context, client dynamic.Interface, namespace string) ([]report.Reports, error) {
+	managed := metav1.ListOptions{LabelSelector: report.ManagedByLabel + "=" + report.ManagedByValue, Limit: summaryPageSize}
+	var wg report.Reports
+	var or report.OpenReports
+	var err error
+	if wg.PolicyReports, err = listTyped[v1alpha2.PolicyReport](ctx, client, policyReportsGVR, namespace, managed); err != nil {
+		return nil, err
+	}
+	if or.Reports, err = listTyped[openreportsv1alpha1.Report](ctx, client, openReportsGVR, namespace, managed); err != nil {
+		return nil, err
+	}
+	if namespace == "" {
+		if wg.ClusterPolicyReports, err = listTyped[v1alpha2.ClusterPolicyReport](ctx, client, clusterPolicyReportsGVR, "", managed); err != nil {
+			return nil, err
+		}
+		if or.ClusterReports, err = listTyped[openreportsv1alpha1.ClusterReport](ctx, client, openClusterReportsGVR, "", managed); err != nil {
+			return nil, err
+		}
+	}
+	var out []report.Reports
+	for _, r := range []report.Reports{wg, report.FromOpenReports(or)} {
+		if len(r.PolicyReports)+len(r.ClusterPolicyReports) > 0 {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // hasValidationRules reports whether a CRD declares x-kubernetes-validations anywhere in its schemas.
 func hasValidationRules(v any) bool {
 	switch v := v.(type) {
@@ -246,9 +283,9 @@ func hasValidationRules(v any) bool {
 	return false
 }
 
-// summarize aggregates the reports per policy. Each listed result counts once, under the source its
-// properties name: a CRD's carry crdVersion, a VAP's a binding, an AuditPolicy's the binding celaudit
-// registers for it. AuditPolicies take their status, which counts every pass.
+// summarize aggregates the reports per policy. Each listed result counts once, under the policy its
+// property policyKind and its policy name identify, even when both report APIs list it (with the same
+// resultID). AuditPolicies take their status, which counts every pass.
 func summarize(in summaryInputs) SummaryList {
 	aps := map[string]*v1alpha1.AuditPolicy{}
 	for i := range in.auditPolicies {
@@ -262,30 +299,19 @@ func summarize(in summaryInputs) SummaryList {
 		return counts[k]
 	}
 	var out SummaryList
-	passesListed := true
-	visit := func(summary v1alpha2.PolicyReportSummary, listed []v1alpha2.PolicyReportResult) {
-		var listedPasses int64
-		for i := range listed {
-			r := &listed[i]
-			v := audit.Verdict(r.Result)
-			if v == audit.Pass {
-				listedPasses++
+	for _, sc := range scopesOf(in.reports) {
+		for _, r := range sc.results {
+			source, ok := audit.SourceOfKind(r.Properties[audit.PropPolicyKind])
+			if !ok {
+				out.Unattributed++
+				continue
 			}
-			countResult(add(sourceOf(r, aps)), r)
+			countResult(add(audit.PolicyKey{Source: source, Name: r.Policy}), r)
 		}
-		if unlisted := int64(summary.Pass) - listedPasses; unlisted > 0 {
-			out.UnlistedPasses += unlisted
-			passesListed = false
-		}
+		out.UnlistedPasses += sc.unlistedPasses
 	}
-	for i := range in.reports.ClusterPolicyReports {
-		r := &in.reports.ClusterPolicyReports[i]
-		visit(r.Summary, r.Results)
-	}
-	for i := range in.reports.PolicyReports {
-		r := &in.reports.PolicyReports[i]
-		visit(r.Summary, r.Results)
-	}
+	// Passes the reports count without listing them cannot be told apart by policy.
+	passesListed := out.UnlistedPasses == 0
 	for _, k := range in.policies {
 		add(k)
 	}
@@ -357,22 +383,55 @@ func countResult(s *results.Summary, r *v1alpha2.PolicyReportResult) {
 	}
 }
 
-// sourceOf tells which kind of policy produced a listed result.
-func sourceOf(r *v1alpha2.PolicyReportResult, aps map[string]*v1alpha1.AuditPolicy) audit.PolicyKey {
-	switch {
-	case r.Properties[audit.PropCRDVersion] != "":
-		return audit.CRDKey(r.Policy)
-	case aps[r.Policy] != nil && r.Properties[audit.PropBinding] == auditpolicy.AdmissionName(r.Policy):
-		return audit.AuditPolicyKey(r.Policy)
-	case r.Properties[audit.PropBinding] != "":
-		return audit.VAPKey(r.Policy)
+// scope is what the reports hold of one namespace ("" for cluster-scoped objects), once: its listed results
+// and the passes its reports count without listing them.
+type scope struct {
+	results        []*v1alpha2.PolicyReportResult
+	unlistedPasses int64
+}
+
+// scopesOf merges the reports of each API (see summaryInputs) by namespace. A result listed in several APIs
+// (the same resultID: --report-api=both writes the same reports to each) is kept once, and a namespace's
+// unlisted passes are those of the API that counts the most; reports of one API hold no two results with
+// the same ID (see report.BuildCounted).
+func scopesOf(apis []report.Reports) map[string]*scope {
+	scopes := map[string]*scope{}
+	seen := map[string]bool{}
+	for _, r := range apis {
+		// The passes each namespace's reports count and list in this API.
+		counted, listed := map[string]int64{}, map[string]int64{}
+		visit := func(namespace string, summary v1alpha2.PolicyReportSummary, items []v1alpha2.PolicyReportResult) {
+			sc := scopes[namespace]
+			if sc == nil {
+				sc = &scope{}
+				scopes[namespace] = sc
+			}
+			counted[namespace] += int64(summary.Pass)
+			for i := range items {
+				res := &items[i]
+				if res.Result == v1alpha2.StatusPass {
+					listed[namespace]++
+				}
+				if id := res.Properties[audit.PropResultID]; id != "" {
+					if seen[id] {
+						continue
+					}
+					seen[id] = true
+				}
+				sc.results = append(sc.results, res)
+			}
+		}
+		for i := range r.ClusterPolicyReports {
+			visit("", r.ClusterPolicyReports[i].Summary, r.ClusterPolicyReports[i].Results)
+		}
+		for i := range r.PolicyReports {
+			visit(r.PolicyReports[i].Namespace, r.PolicyReports[i].Summary, r.PolicyReports[i].Results)
+		}
+		for namespace, n := range counted {
+			scopes[namespace].unlistedPasses = max(scopes[namespace].unlistedPasses, n-listed[namespace])
+		}
 	}
-	// A result no rule produced (a resource that cannot be read) names its policy only; CRD names have a
-	// dot, policy names may not.
-	if strings.Contains(r.Policy, ".") {
-		return audit.CRDKey(r.Policy)
-	}
-	return audit.VAPKey(r.Policy)
+	return scopes
 }
 
 func printJSON(w io.Writer, v any) error {
@@ -401,7 +460,12 @@ func printSummaryTable(w io.Writer, list SummaryList) error {
 		return err
 	}
 	if list.UnlistedPasses > 0 {
-		_, err := fmt.Fprintf(w, "\n%d passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.\n", list.UnlistedPasses)
+		if _, err := fmt.Fprintf(w, "\n%d passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.\n", list.UnlistedPasses); err != nil {
+			return err
+		}
+	}
+	if list.Unattributed > 0 {
+		_, err := fmt.Fprintf(w, "\n%d listed results do not name the kind of their policy (policyKind): an earlier celaudit wrote them, and they are counted once the operator has rewritten its reports.\n", list.Unattributed)
 		return err
 	}
 	return nil

@@ -53,7 +53,8 @@ func TestWhatif(t *testing.T) {
 		},
 		{
 			name: "tighten CRD, json", args: []string{"whatif", "-f", data("tighten.yaml"), "-o", "json"}, code: ExitViolations, golden: "tighten.json",
-			want: []string{`"kind": "List"`, `"whatif": "new"`, `"onUpdate": "ratcheted"`, `"name": "long"`, `"namespace": "wi-lab"`, `"skip": 1`},
+			want: []string{`"kind": "List"`, `"whatif": "new"`, `"onUpdate": "ratcheted"`, `"name": "long"`, `"namespace": "wi-lab"`, `"skip": 1`,
+				`"policyKind": "CustomResourceDefinition"`},
 		},
 		{
 			name: "tighten CRD from stdin, all results, yaml", args: []string{"whatif", "-f", "-", "-o", "yaml", "--results", "all"},
@@ -121,6 +122,10 @@ func TestWhatif(t *testing.T) {
 				`~auditpolicy/wi-short-owner\s+2\s+1\s+0\s+0`,
 				`~new\s+fail\s+rejected\s+auditpolicy/wi-short-owner\s+wi-shop\s+ConfigMap/anonymous\s+ConfigMap anonymous needs an owner of at most 3 characters`,
 			},
+		},
+		{
+			name: "AuditPolicy in Deny, json", args: []string{"whatif", "-f", data("auditpolicy.yaml"), "-o", "json"}, code: ExitViolations,
+			want: []string{`"policy": "wi-short-owner"`, `"policyKind": "AuditPolicy"`},
 		},
 		{
 			name: "unparsable YAML", args: []string{"whatif", "-f", data("bad/unparsable.yaml")}, code: ExitBadInput,

@@ -84,12 +84,19 @@ func NewObject(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) 
 // Evaluate returns the results of policy p on the object. It never panics: a panic in a policy becomes an
 // error result of that policy, so one bad rule never stops an audit.
 //
+// Each result carries the source of p's key, so that what it came from is never guessed back from its
+// name or properties (see audit.PropPolicyKind).
+//
 // The results on a Secret are redacted of its values, whatever policy produced them: policies withhold
 // what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
 // for it.
 func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
 	res := safeEvaluate(ctx, p, o.gvr, o.obj)
 	o.redactor.Redact(res)
+	source := p.Key().Source
+	for i := range res {
+		res[i].PolicySource = source
+	}
 	return res
 }
 

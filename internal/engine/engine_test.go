@@ -26,7 +26,7 @@ type fakePolicy struct {
 	eval      func(obj *unstructured.Unstructured) []audit.Result
 }
 
-func (p fakePolicy) Key() audit.PolicyKey { return audit.PolicyKey{Source: "test", Name: p.name} }
+func (p fakePolicy) Key() audit.PolicyKey { return audit.VAPKey(p.name) }
 func (p fakePolicy) Resources() []schema.GroupVersionResource {
 	return p.resources
 }
@@ -74,7 +74,7 @@ func TestEvaluate(t *testing.T) {
 			gvr:    secrets,
 			obj:    object("Secret", map[string]any{"password": password}),
 			want: []audit.Result{{
-				Policy: "q", Verdict: audit.Fail, Message: "stored [redacted], decoded [redacted]",
+				Policy: "q", PolicySource: audit.SourceVAP, Verdict: audit.Fail, Message: "stored [redacted], decoded [redacted]",
 				Properties: map[string]string{"quoted": "[redacted]"}, Resource: ref,
 			}},
 		},
@@ -84,7 +84,7 @@ func TestEvaluate(t *testing.T) {
 			gvr:    configMaps,
 			obj:    object("ConfigMap", map[string]any{"password": password}),
 			want: []audit.Result{{
-				Policy: "q", Verdict: audit.Fail, Message: "stored " + password + ", decoded hunter22",
+				Policy: "q", PolicySource: audit.SourceVAP, Verdict: audit.Fail, Message: "stored " + password + ", decoded hunter22",
 				Properties: map[string]string{"quoted": "hunter22"},
 				Resource:   audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "n", Name: "o", UID: "u"},
 			}},
@@ -97,7 +97,7 @@ func TestEvaluate(t *testing.T) {
 			gvr: secrets,
 			obj: object("Secret", nil),
 			want: []audit.Result{{
-				Policy: "p", Rule: audit.RuleInternal, Verdict: audit.Error, Message: "internal error evaluating the policy: boom", Resource: ref,
+				Policy: "p", PolicySource: audit.SourceVAP, Rule: audit.RuleInternal, Verdict: audit.Error, Message: "internal error evaluating the policy: boom", Resource: ref,
 			}},
 		},
 	}

@@ -326,11 +326,16 @@ func (e *entry) ID() string {
 // publish converts a listed result into its PolicyReport form.
 func publish(e *entry, previous map[string]metav1.Timestamp, now metav1.Timestamp, maxMessageBytes int) v1alpha2.PolicyReportResult {
 	r := e.res
-	props := make(map[string]string, len(r.Properties)+1)
+	props := make(map[string]string, len(r.Properties)+2)
 	for k, v := range r.Properties {
 		props[k] = v
 	}
 	props[audit.PropResultID] = e.ID()
+	// Not part of the ID: results kept their IDs (and so their timestamps, which dashboards key on) when the
+	// property was added, and the rule the ID covers already tells a CRD's result from a policy's.
+	if kind := r.PolicySource.Kind(); kind != "" {
+		props[audit.PropPolicyKind] = kind
+	}
 	severity, ok := severityOf(r.Severity)
 	if !ok {
 		props[PropOriginalSeverity] = r.Severity

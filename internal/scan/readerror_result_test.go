@@ -18,8 +18,9 @@ import (
 
 // TestReadErrorResultComplete publishes the results about a resource as a whole (the error of a resource that
 // cannot be read, the skip of a withheld one), for each kind of policy, and checks that Policy Reporter can
-// file them with the policy's other results: a rule name, the policy's category and severity, and a resource
-// that is not blank (Policy Reporter shows a blank one as an object without kind or name).
+// file them with the policy's other results: a rule name, the policy's category and severity, a resource
+// that is not blank (Policy Reporter shows a blank one as an object without kind or name), and the kind of the
+// policy, which its name does not tell.
 func TestReadErrorResultComplete(t *testing.T) {
 	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
 	crd := &apiextensionsv1.CustomResourceDefinition{
@@ -50,6 +51,7 @@ func TestReadErrorResultComplete(t *testing.T) {
 		wantResource               string // apiVersion/kind
 		verdict                    audit.Verdict
 		message                    string
+		wantPolicyKind             string // "" for none
 	}{{
 		name:         "CRD",
 		policy:       crdrules.Compile(crd, crdrules.Options{Category: "Storage", Severity: audit.SeverityLow}),
@@ -57,16 +59,16 @@ func TestReadErrorResultComplete(t *testing.T) {
 		kind:         "Widget",
 		wantRule:     "read (example.com/v1/widgets)",
 		wantCategory: "Storage", wantSeverity: audit.SeverityLow,
-		wantResource: "example.com/v1/Widget",
-		verdict:      audit.Error, message: "cannot read example.com/v1/widgets: forbidden",
+		wantResource: "example.com/v1/Widget", wantPolicyKind: "CustomResourceDefinition",
+		verdict: audit.Error, message: "cannot read example.com/v1/widgets: forbidden",
 	}, {
 		name:         "ValidatingAdmissionPolicy, kind unknown",
 		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
 		gvr:          configMaps,
 		wantRule:     "read (v1/configmaps)",
 		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
-		wantResource: "v1/",
-		verdict:      audit.Error, message: "cannot read v1/configmaps: forbidden",
+		wantResource: "v1/", wantPolicyKind: "ValidatingAdmissionPolicy",
+		verdict: audit.Error, message: "cannot read v1/configmaps: forbidden",
 	}, {
 		name:         "policy without category or severity",
 		policy:       &keyPolicy{name: "plain", key: "bad"},
@@ -82,8 +84,8 @@ func TestReadErrorResultComplete(t *testing.T) {
 		kind:         "Secret",
 		wantRule:     "read (v1/secrets)",
 		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
-		wantResource: "v1/Secret",
-		verdict:      audit.Skip, message: "not audited (v1/secrets): ask for it",
+		wantResource: "v1/Secret", wantPolicyKind: "ValidatingAdmissionPolicy",
+		verdict: audit.Skip, message: "not audited (v1/secrets): ask for it",
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,6 +110,9 @@ func TestReadErrorResultComplete(t *testing.T) {
 			}
 			if got.Category != c.wantCategory || string(got.Severity) != c.wantSeverity {
 				t.Errorf("category %q, severity %q; want %q, %q", got.Category, got.Severity, c.wantCategory, c.wantSeverity)
+			}
+			if kind := got.Properties[audit.PropPolicyKind]; kind != c.wantPolicyKind {
+				t.Errorf("policyKind %q, want %q", kind, c.wantPolicyKind)
 			}
 			if string(got.Result) != string(c.verdict) || got.Message != c.message {
 				t.Errorf("result %s %q: want %s %q", got.Result, got.Message, c.verdict, c.message)

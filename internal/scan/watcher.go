@@ -526,12 +526,13 @@ func (w *watcher) setReadError(err error) {
 func resourceResult(p audit.Policy, gvr schema.GroupVersionResource, kind string, verdict audit.Verdict, msg string) audit.Result {
 	category, severity := audit.ClassOf(p)
 	return audit.Result{
-		Policy:   p.Key().Name,
-		Rule:     audit.RuleName(audit.RuleRead, ResourceString(gvr)),
-		Category: category,
-		Severity: severity,
-		Verdict:  verdict,
-		Message:  msg,
+		Policy:       p.Key().Name,
+		PolicySource: p.Key().Source,
+		Rule:         audit.RuleName(audit.RuleRead, ResourceString(gvr)),
+		Category:     category,
+		Severity:     severity,
+		Verdict:      verdict,
+		Message:      msg,
 		Properties: map[string]string{
 			"resource": ResourceString(gvr),
 		},

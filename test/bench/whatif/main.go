@@ -3,19 +3,28 @@
 // custom resources (one in twenty breaks the rule the proposal adds), then alternates, -rounds times: a bare
 // LIST of every object in pages of 500 (client-go's dynamic client, as kubectl get does, and the listjson
 // client whatif itself reads with) and a whatif run of the kubectl-celaudit binary in a process of its own,
-// whose wall time and peak RSS are recorded. It prints a markdown table of the medians.
+// whose wall time, CPU time and peak RSS are recorded. It prints a markdown table of the medians.
+//
+// With -policies P, the objects are spread over P CRDs (Thing0 ... Thing<P-1>) and the proposal holds many
+// policies, as a rollout of a policy library does: the P CRDs tightened, and for each a
+// ValidatingAdmissionPolicy and its binding (Deny), which one object in thirteen fails. The bare LISTs read every
+// CRD's objects, one resource after the other, as whatif does. -cpuprofile writes a CPU profile of one more
+// whatif run, in process.
 //
 //	KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh) go run ./test/bench/whatif -objects 10000,30000
+//	KUBEBUILDER_ASSETS=$(hack/setup-envtest.sh) go run ./test/bench/whatif -objects 3000 -policies 40 -cpuprofile whatif.pprof
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -27,9 +36,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/celaudit/celaudit/internal/cli"
 	"github.com/celaudit/celaudit/internal/scan"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
@@ -40,10 +51,82 @@ const (
 	pageSize   = 500
 )
 
-var things = schema.GroupVersionResource{Group: group, Version: "v1", Resource: "things"}
+// fixture is the CRDs the objects are spread over and what the proposal holds.
+type fixture struct {
+	// kinds are the CRDs' kinds: Thing alone, or Thing0 ... Thing<P-1> with -policies P.
+	kinds []string
+	// policies adds a ValidatingAdmissionPolicy and binding for each kind to the proposal.
+	policies bool
+}
 
-// crd returns the Thing CRD: owner at most 16 bytes; tightened, replicas must also be even.
-func crd(tightened bool) string {
+func newFixture(policies int) fixture {
+	if policies == 0 {
+		return fixture{kinds: []string{"Thing"}}
+	}
+	f := fixture{policies: true}
+	for i := range policies {
+		f.kinds = append(f.kinds, "Thing"+strconv.Itoa(i))
+	}
+	return f
+}
+
+func resourceOf(kind string) schema.GroupVersionResource {
+	return schema.GroupVersionResource{Group: group, Version: "v1", Resource: strings.ToLower(kind) + "s"}
+}
+
+// live is the CRDs as stored before the proposal.
+func (f fixture) live() string {
+	var docs []string
+	for _, k := range f.kinds {
+		docs = append(docs, crd(k, false))
+	}
+	return strings.Join(docs, "---\n")
+}
+
+// proposal is the CRDs tightened and, with policies, a policy and binding for each.
+func (f fixture) proposal() string {
+	var docs []string
+	for _, k := range f.kinds {
+		docs = append(docs, crd(k, true))
+		if f.policies {
+			docs = append(docs, policy(k))
+		}
+	}
+	return strings.Join(docs, "---\n")
+}
+
+// policy returns the ValidatingAdmissionPolicy and binding (Deny) of kind's objects: the image must come
+// from the registry and be tagged 1.0 to 1.11 (one object in thirteen has 1.12).
+func policy(kind string) string {
+	name := "bench-" + strings.ToLower(kind)
+	return `apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: ` + name + `}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [` + group + `]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [` + resourceOf(kind).Resource + `]
+  validations:
+  - expression: "object.spec.image.startsWith('registry.example.com/') && !object.spec.image.endsWith(':1.12')"
+    messageExpression: "'image ' + object.spec.image + ' is not allowed'"
+  - expression: "object.spec.owner.startsWith('team-')"
+    message: the owner must be a team
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: ` + name + `}
+spec:
+  policyName: ` + name + `
+  validationActions: [Deny]
+`
+}
+
+// crd returns the CRD of kind: owner at most 16 bytes; tightened, replicas must also be even.
+func crd(kind string, tightened bool) string {
 	rule := ""
 	if tightened {
 		rule = `
@@ -53,10 +136,10 @@ func crd(tightened bool) string {
 	}
 	return `apiVersion: apiextensions.k8s.io/v1
 kind: CustomResourceDefinition
-metadata: {name: things.` + group + `}
+metadata: {name: ` + resourceOf(kind).Resource + `.` + group + `}
 spec:
   group: ` + group + `
-  names: {kind: Thing, listKind: ThingList, plural: things, singular: thing}
+  names: {kind: ` + kind + `, listKind: ` + kind + `List, plural: ` + resourceOf(kind).Resource + `, singular: ` + strings.ToLower(kind) + `}
   scope: Namespaced
   versions:
   - name: v1
@@ -78,14 +161,17 @@ spec:
 func main() {
 	objects := flag.String("objects", "10000", "Comma-separated object counts to measure, in increasing order (objects are added between counts).")
 	rounds := flag.Int("rounds", 3, "Measurements of each kind per count; the median is reported.")
+	policies := flag.Int("policies", 0, "Spread the objects over this many CRDs and propose a policy and binding for each besides the tightened CRDs (0: one CRD, tightened).")
+	cpuProfile := flag.String("cpuprofile", "", "Write a CPU profile of one more whatif run, in process, at the last count, to this file.")
+	whatifFlags := flag.String("whatif-flags", "", "More flags of each whatif run, space-separated (e.g. --kube-api-qps=5 --kube-api-burst=10: client-go's default limits).")
 	flag.Parse()
-	if err := run(*objects, *rounds); err != nil {
+	if err := run(*objects, *rounds, newFixture(*policies), strings.Fields(*whatifFlags), *cpuProfile); err != nil {
 		fmt.Fprintln(os.Stderr, "whatif bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(objectCounts string, rounds int) error {
+func run(objectCounts string, rounds int, fix fixture, whatifFlags []string, cpuProfile string) error {
 	ctx := context.Background()
 	work, err := os.MkdirTemp("", "whatif-bench-")
 	if err != nil {
@@ -108,11 +194,16 @@ func run(objectCounts string, rounds int) error {
 	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	if err := os.WriteFile(proposal, []byte(crd(true)), 0o600); err != nil {
+	if err := os.WriteFile(proposal, []byte(fix.proposal()), 0o600); err != nil {
 		return err
 	}
-	if err := apply(ctx, env.Client, crd(false)); err != nil {
+	if err := apply(ctx, env.Client, fix.live()); err != nil {
 		return err
+	}
+	for _, k := range fix.kinds {
+		if err := envtestutil.WaitEstablished(ctx, env.Client, resourceOf(k).Resource+"."+group); err != nil {
+			return err
+		}
 	}
 	for i := range namespaces {
 		if err := apply(ctx, env.Client, fmt.Sprintf("apiVersion: v1\nkind: Namespace\nmetadata: {name: bench-%d}\n", i)); err != nil {
@@ -128,8 +219,12 @@ func run(objectCounts string, rounds int) error {
 		return err
 	}
 
-	fmt.Printf("| objects | LIST, dynamic client (s) | LIST, listjson client (s) | whatif (s) | whatif / dynamic LIST | whatif / listjson LIST | whatif peak RSS (MiB) | failures listed |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| objects | CRDs | policies | LIST, dynamic client (s) | LIST, listjson client (s) | whatif (s) | whatif / dynamic LIST | whatif / listjson LIST | whatif CPU (s) | whatif peak RSS (MiB) | failures listed |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	policies := 0
+	if fix.policies {
+		policies = len(fix.kinds)
+	}
 	stored := 0
 	for _, f := range strings.Split(objectCounts, ",") {
 		n, err := strconv.Atoi(strings.TrimSpace(f))
@@ -137,32 +232,56 @@ func run(objectCounts string, rounds int) error {
 			return fmt.Errorf("-objects: %w", err)
 		}
 		start := time.Now()
-		if err := create(ctx, dyn, stored, n); err != nil {
+		if err := create(ctx, dyn, fix.kinds, stored, n); err != nil {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "stored %d objects in %s\n", n-stored, time.Since(start).Round(time.Second))
 		stored = n
-		var dynTimes, jsonTimes, whatifTimes, rss []float64
+		var dynTimes, jsonTimes, whatifTimes, cpu, rss []float64
 		failures := 0
 		for range rounds {
-			t, err := timeIt(func() error { return listDynamic(ctx, dyn, n) })
+			t, err := timeIt(func() error { return listDynamic(ctx, dyn, fix.kinds, n) })
 			if err != nil {
 				return err
 			}
 			dynTimes = append(dynTimes, t)
-			if t, err = timeIt(func() error { return listJSON(ctx, lister, n) }); err != nil {
+			if t, err = timeIt(func() error { return listJSON(ctx, lister, fix.kinds, n) }); err != nil {
 				return err
 			}
 			jsonTimes = append(jsonTimes, t)
-			t, maxRSS, listed, err := whatif(bin, kubeconfig, proposal)
+			r, err := whatif(bin, append([]string{"whatif", "-f", proposal, "--kubeconfig", kubeconfig, "-o", "json"}, whatifFlags...))
 			if err != nil {
 				return err
 			}
-			whatifTimes, rss, failures = append(whatifTimes, t), append(rss, maxRSS), listed
+			whatifTimes, cpu, rss, failures = append(whatifTimes, r.seconds), append(cpu, r.cpuSeconds), append(rss, r.rssMiB), r.failures
 		}
 		d, j, w := median(dynTimes), median(jsonTimes), median(whatifTimes)
-		fmt.Printf("| %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %d |\n", n, d, j, w, w/d, w/j, median(rss), failures)
+		fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %d |\n", n, len(fix.kinds), policies, d, j, w, w/d, w/j, median(cpu), median(rss), failures)
 	}
+	if cpuProfile != "" {
+		return profileWhatif(cpuProfile, append([]string{"whatif", "-f", proposal, "--kubeconfig", kubeconfig, "-o", "json"}, whatifFlags...))
+	}
+	return nil
+}
+
+// profileWhatif writes a CPU profile of a whatif run in this process (the same code as the binary's).
+func profileWhatif(path string, args []string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := pprof.StartCPUProfile(f); err != nil {
+		return err
+	}
+	var errOut strings.Builder
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: &errOut}
+	code := cli.Run(streams, args)
+	pprof.StopCPUProfile()
+	if code != 1 {
+		return fmt.Errorf("profiled whatif exited %d, want 1:\n%s", code, errOut.String())
+	}
+	fmt.Fprintf(os.Stderr, "wrote the CPU profile of a whatif run to %s\n", path)
 	return nil
 }
 
@@ -174,9 +293,9 @@ func apply(ctx context.Context, c client.Client, doc string) error {
 	return envtestutil.Apply(ctx, c, objs...)
 }
 
-// create stores objects from up to n: object i is in namespace i % namespaces, and one in twenty has odd
-// replicas.
-func create(ctx context.Context, dyn dynamic.Interface, from, n int) error {
+// create stores objects from up to n: object i is of kind i % len(kinds), in namespace i % namespaces, and
+// one in twenty has odd replicas.
+func create(ctx context.Context, dyn dynamic.Interface, kinds []string, from, n int) error {
 	next := atomic.Int64{}
 	next.Store(int64(from))
 	var wg sync.WaitGroup
@@ -192,13 +311,14 @@ func create(ctx context.Context, dyn dynamic.Interface, from, n int) error {
 				if i%20 == 7 {
 					replicas++
 				}
+				kind := kinds[i%len(kinds)]
 				obj := &unstructured.Unstructured{Object: map[string]any{
-					"apiVersion": group + "/v1", "kind": "Thing",
+					"apiVersion": group + "/v1", "kind": kind,
 					"metadata": map[string]any{"name": fmt.Sprintf("thing-%06d", i), "namespace": fmt.Sprintf("bench-%d", i%namespaces)},
 					"spec": map[string]any{"replicas": replicas, "owner": "team-" + strconv.Itoa(i%7), "image": "registry.example.com/app:1." + strconv.Itoa(i%13),
 						"labels": map[string]any{"app": "thing", "tier": "backend"}},
 				}}
-				if _, err := dyn.Resource(things).Namespace(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
+				if _, err := dyn.Resource(resourceOf(kind)).Namespace(obj.GetNamespace()).Create(ctx, obj, metav1.CreateOptions{}); err != nil {
 					errs <- err
 					return
 				}
@@ -217,43 +337,21 @@ func timeIt(f func() error) (float64, error) {
 	return time.Since(start).Seconds(), err
 }
 
-// listDynamic reads every object in pages, decoded by client-go's dynamic client, as kubectl get does.
-func listDynamic(ctx context.Context, dyn dynamic.Interface, want int) error {
-	opts := metav1.ListOptions{Limit: pageSize}
+// listDynamic reads every object of each kind in pages, decoded by client-go's dynamic client, as kubectl get
+// does.
+func listDynamic(ctx context.Context, dyn dynamic.Interface, kinds []string, want int) error {
 	got := 0
-	for {
-		page, err := dyn.Resource(things).List(ctx, opts)
-		if err != nil {
-			return err
-		}
-		got += len(page.Items)
-		if opts.Continue = page.GetContinue(); opts.Continue == "" {
-			break
-		}
-	}
-	if got != want {
-		return fmt.Errorf("listed %d objects, want %d", got, want)
-	}
-	return nil
-}
-
-// listJSON reads every object in pages with the client whatif reads with, decoding each item.
-func listJSON(ctx context.Context, c scan.Client, want int) error {
-	opts := metav1.ListOptions{Limit: pageSize}
-	got := 0
-	for {
-		page, err := c.List(ctx, things, "", opts)
-		if err != nil {
-			return err
-		}
-		for i := range page.Len() {
-			if _, err := page.Item(i); err != nil {
+	for _, k := range kinds {
+		opts := metav1.ListOptions{Limit: pageSize}
+		for {
+			page, err := dyn.Resource(resourceOf(k)).List(ctx, opts)
+			if err != nil {
 				return err
 			}
-			got++
-		}
-		if opts.Continue = page.List.GetContinue(); opts.Continue == "" {
-			break
+			got += len(page.Items)
+			if opts.Continue = page.GetContinue(); opts.Continue == "" {
+				break
+			}
 		}
 	}
 	if got != want {
@@ -262,20 +360,57 @@ func listJSON(ctx context.Context, c scan.Client, want int) error {
 	return nil
 }
 
-// whatif runs the plugin and returns its wall time, peak RSS in MiB and the number of failures it lists.
-func whatif(bin, kubeconfig, proposal string) (seconds, rssMiB float64, failures int, err error) {
-	cmd := exec.Command(bin, "whatif", "-f", proposal, "--kubeconfig", kubeconfig, "-o", "json")
+// listJSON reads every object of each kind in pages with the client whatif reads with, decoding each item.
+func listJSON(ctx context.Context, c scan.Client, kinds []string, want int) error {
+	got := 0
+	for _, k := range kinds {
+		opts := metav1.ListOptions{Limit: pageSize}
+		for {
+			page, err := c.List(ctx, resourceOf(k), "", opts)
+			if err != nil {
+				return err
+			}
+			for i := range page.Len() {
+				if _, err := page.Item(i); err != nil {
+					return err
+				}
+				got++
+			}
+			if opts.Continue = page.List.GetContinue(); opts.Continue == "" {
+				break
+			}
+		}
+	}
+	if got != want {
+		return fmt.Errorf("listed %d objects, want %d", got, want)
+	}
+	return nil
+}
+
+// whatifRun is what one whatif process took and listed.
+type whatifRun struct {
+	seconds, cpuSeconds, rssMiB float64
+	failures                    int
+}
+
+// whatif runs the plugin with args and returns its wall time, CPU time (user and system), peak RSS in MiB and
+// the number of failures it lists.
+func whatif(bin string, args []string) (whatifRun, error) {
+	cmd := exec.Command(bin, args...)
 	out, errOut := &strings.Builder{}, &strings.Builder{}
 	cmd.Stdout, cmd.Stderr = out, errOut
 	start := time.Now()
-	err = cmd.Run()
-	seconds = time.Since(start).Seconds()
+	err := cmd.Run()
+	var r whatifRun
+	r.seconds = time.Since(start).Seconds()
 	if code := cmd.ProcessState.ExitCode(); code != 1 { // the tightened rule newly rejects objects
-		return 0, 0, 0, fmt.Errorf("whatif exited %d, want 1: %w\n%s", code, err, errOut.String())
+		return r, fmt.Errorf("whatif exited %d, want 1: %w\n%s", code, err, errOut.String())
 	}
-	rssMiB = float64(cmd.ProcessState.SysUsage().(*syscall.Rusage).Maxrss) / 1024
-	failures = strings.Count(out.String(), `"result": "fail"`)
-	return seconds, rssMiB, failures, nil
+	usage := cmd.ProcessState.SysUsage().(*syscall.Rusage)
+	r.rssMiB = float64(usage.Maxrss) / 1024
+	r.cpuSeconds = (time.Duration(usage.Utime.Nano()) + time.Duration(usage.Stime.Nano())).Seconds()
+	r.failures = strings.Count(out.String(), `"result": "fail"`)
+	return r, nil
 }
 
 func median(xs []float64) float64 {
