@@ -82,32 +82,12 @@ func leaseRenewed(ctx context.Context, ns string) (time.Time, error) {
 	return lease.Spec.RenewTime.Time, nil
 }
 
-// TestEnforceEverythingCannotLockOut is the lockout incident: an AuditPolicy denying every write of every
-// resource that lacks a team label, set to Deny while celaudit runs as its shipped ServiceAccount. It is not
-// registered while its own audit finds violations; registered by an explicit override, the pair denies what it
-// should, yet celaudit keeps its leader Lease and writes its reports and
-// status, the cluster's own namespaces, Leases and Events stay writable, the control plane's, the nodes' and
-// celaudit's requests are not judged, and switching the AuditPolicy back to Audit works and removes the pair.
-func TestEnforceEverythingCannotLockOut(t *testing.T) {
+// expectRefusedUntilOverride checks that the gate refuses to register the AuditPolicy named name once its audit
+// found violations, that a write it would deny in namespace plain is then admitted, and that an explicit
+// override registers it.
+func expectRefusedUntilOverride(t *testing.T, name, plain string) {
+	t.Helper()
 	ctx := context.Background()
-	const (
-		name  = "exempt-team"
-		plain = "exempt-plain"
-		msg   = "every object needs a team label"
-	)
-	create(t, namespace(plain), configMap(plain, "old", nil))
-	deleteAfter(t, namespace(plain))
-	deleteAuditPolicyAfter(t, name)
-
-	id := env.ShippedIdentity(t)
-	opts := auditPolicyOptions()
-	opts.LeaderElect, opts.LeaderElectionNS = true, id.Namespace
-	requests := &envtestutil.RequestCounter{}
-	op, _ := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
-	envtestutil.WaitSettled(t, op)
-
-	// Set to Deny by hand while stored objects violate it: the gate refuses to register it.
-	create(t, everythingNeedsATeam(name, msg))
 	expectAuditPolicy(t, name, func(ap *v1alpha1.AuditPolicy) error {
 		safe := meta.FindStatusCondition(ap.Status.Conditions, v1alpha1.ConditionSafeToEnforce)
 		enforced := meta.FindStatusCondition(ap.Status.Conditions, v1alpha1.ConditionEnforced)
@@ -135,6 +115,35 @@ func TestEnforceEverythingCannotLockOut(t *testing.T) {
 		t.Fatalf("setting the override: %v", err)
 	}
 	expectRegistered(t, name, true)
+}
+
+// TestEnforceEverythingCannotLockOut is the lockout incident: an AuditPolicy denying every write of every
+// resource that lacks a team label, set to Deny while celaudit runs as its shipped ServiceAccount. It is not
+// registered while its own audit finds violations; registered by an explicit override, the pair denies what it
+// should, yet celaudit keeps its leader Lease and writes its reports and
+// status, the cluster's own namespaces, Leases and Events stay writable, the control plane's, the nodes' and
+// celaudit's requests are not judged, and switching the AuditPolicy back to Audit works and removes the pair.
+func TestEnforceEverythingCannotLockOut(t *testing.T) {
+	ctx := context.Background()
+	const (
+		name  = "exempt-team"
+		plain = "exempt-plain"
+		msg   = "every object needs a team label"
+	)
+	create(t, namespace(plain), configMap(plain, "old", nil))
+	deleteAfter(t, namespace(plain))
+	deleteAuditPolicyAfter(t, name)
+
+	id := env.ShippedIdentity(t)
+	opts := auditPolicyOptions()
+	opts.LeaderElect, opts.LeaderElectionNS = true, id.Namespace
+	requests := &envtestutil.RequestCounter{}
+	op, _ := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
+	envtestutil.WaitSettled(t, op)
+
+	// Set to Deny by hand while stored objects violate it: the gate refuses to register it until an override.
+	create(t, everythingNeedsATeam(name, msg))
+	expectRefusedUntilOverride(t, name, plain)
 
 	// The pair is in force: a ConfigMap without the label, in a namespace of no importance, is denied.
 	envtestutil.Eventually(t, 20*time.Second, func() error {
