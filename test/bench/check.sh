@@ -55,7 +55,9 @@ done
 measure json-all "$bin/kubectl-celaudit" check -f objects/ "${rules[@]}" -o json --results all
 "$bin/checkverdicts" -expected expected/verdicts.tsv <"$out/json-all.out" | tail -n 1
 tail -n 1 "$out/table-1.out"
-awk -v pairs="$pairs" '
+# Kyverno's CPU per pair net of loading (the workload's README), known at 10,000 and 100,000 objects.
+case $n in 10000) kyverno=4.39 ;; 100000) kyverno=4.85 ;; *) kyverno=0 ;; esac
+awk -v pairs="$pairs" -v kyverno="$kyverno" '
 	function median(a, k,   i, j, t) {
 		for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 		return k % 2 ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
@@ -67,7 +69,9 @@ awk -v pairs="$pairs" '
 		net = (mt - mb) / pairs * 1e6
 		printf "medians of %d runs: baseline %.2f s (%.2f-%.2f), table %.2f s (%.2f-%.2f), vap.(*Policy).Evaluate %.2f s (%.2f-%.2f)\n",
 			nb, mb, b[1], b[nb], mt, t[1], t[nt], mf, f[1], f[nt]
-		printf "CPU per pair net of loading: (%.2f - %.2f) s / %d = %.1f us; Kyverno 4.39 ms / %.1f us = %.0fx\n", mt, mb, pairs, net, net, 4390 / net
+		printf "CPU per pair net of loading: (%.2f - %.2f) s / %d = %.1f us", mt, mb, pairs, net
+		if (kyverno > 0) printf "; Kyverno %.2f ms / %.1f us = %.0fx", kyverno, net, kyverno * 1000 / net
+		printf "\n"
 		printf "floor (vap.(*Policy).Evaluate): %.2f s / %d = %.1f us per pair; net of loading = %.2fx the floor\n", mf, pairs, mf / pairs * 1e6, (mt - mb) / mf
 	}' "$out/cpu"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
