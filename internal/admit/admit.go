@@ -87,12 +87,6 @@ func Structural(val *apiextensionsv1.CustomResourceValidation) (*structuralschem
 	return s, nil
 }
 
-// Custom reports whether gvk is the kind of a served version of one of the Preparer's CRDs.
-func (p *Preparer) Custom(gvk schema.GroupVersionKind) bool {
-	_, ok := p.custom[gvk]
-	return ok
-}
-
 // Builtin reports whether gvk is a built-in kind whose defaults Prepare applies.
 func (p *Preparer) Builtin(gvk schema.GroupVersionKind) bool {
 	return p.scheme.Recognizes(gvk)
@@ -105,7 +99,7 @@ func (p *Preparer) Prepare(obj *unstructured.Unstructured) (*unstructured.Unstru
 	gvk := obj.GroupVersionKind()
 	if cv, ok := p.custom[gvk]; ok {
 		out := obj.DeepCopy()
-		PruneAndDefault(out.Object, cv.structural)
+		pruneAndDefault(out.Object, cv.structural)
 		if cv.status {
 			delete(out.Object, "status")
 		}
@@ -175,10 +169,10 @@ func decodeError(obj *unstructured.Unstructured, typed runtime.Object, err error
 	return err
 }
 
-// PruneAndDefault prunes and defaults a custom resource's content in place by its version's structural
+// pruneAndDefault prunes and defaults a custom resource's content in place by its version's structural
 // schema s, in the API server's order: unknown fields pruned at decoding, then the nulls of non-nullable
 // fields without default dropped, then defaults applied. A nil s changes nothing.
-func PruneAndDefault(content map[string]any, s *structuralschema.Structural) {
+func pruneAndDefault(content map[string]any, s *structuralschema.Structural) {
 	if s == nil {
 		return
 	}

@@ -11,9 +11,9 @@ import (
 	"k8s.io/kubernetes/pkg/apis/core"
 )
 
-// MaxRequestBodyBytes is the kube-apiserver's default limit of a request body (k8s.io/apiserver
+// maxRequestBodyBytes is the kube-apiserver's default limit of a request body (k8s.io/apiserver
 // pkg/server/config.go): a larger create is refused before it is decoded.
-const MaxRequestBodyBytes = 3 * 1024 * 1024
+const maxRequestBodyBytes = 3 * 1024 * 1024
 
 // MaxDataBytes is the limit of the data of a ConfigMap or Secret (core.MaxSecretSize, checked by
 // k8s.io/kubernetes pkg/apis/core/validation ValidateConfigMap and ValidateSecret).
@@ -21,12 +21,12 @@ const MaxDataBytes = core.MaxSecretSize
 
 // RequestTooLarge returns the API server's answer to a request whose body has n bytes: 413
 // RequestEntityTooLarge with its message (k8s.io/apiserver pkg/endpoints/handlers/rest.go limitedReadBody), nil
-// within MaxRequestBodyBytes.
+// within maxRequestBodyBytes.
 func RequestTooLarge(n int) error {
-	if n <= MaxRequestBodyBytes {
+	if n <= maxRequestBodyBytes {
 		return nil
 	}
-	return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", MaxRequestBodyBytes))
+	return apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("limit is %d", maxRequestBodyBytes))
 }
 
 // HasDataLimit reports whether objects of kind gvk have data limited to MaxDataBytes: v1 ConfigMaps and Secrets.

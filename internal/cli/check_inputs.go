@@ -47,6 +47,13 @@ func isContext(obj *unstructured.Unstructured) bool {
 	return engine.IsPolicyObject(obj) || obj.GroupVersionKind() == corev1.SchemeGroupVersion.WithKind("Namespace")
 }
 
+// isContextKind is isContext of an object of kind gvk.
+func isContextKind(gvk schema.GroupVersionKind) bool {
+	probe := &unstructured.Unstructured{Object: map[string]any{}}
+	probe.SetGroupVersionKind(gvk)
+	return isContext(probe)
+}
+
 // readInputs reads --rules into memory and spools the objects of -f.
 func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
 	in := &checkInputs{kindIndex: map[schema.GroupVersionKind]int{}, ruleKinds: map[schema.GroupVersionKind]manifests.Source{}}
@@ -72,8 +79,11 @@ func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
 	w := bufio.NewWriterSize(in.spool, 1<<20)
 	fileIndex := map[string]int{}
 	var compact bytes.Buffer
+	// The objects to judge are only spooled: their kind is all this pass reads of them, and their content is
+	// decoded once, when they are judged. Rules among them are decoded here.
+	reader.Undecoded = func(gvk schema.GroupVersionKind) bool { return o.cluster || !isContextKind(gvk) }
 	err = reader.Walk(o.files, func(obj manifests.Object) error {
-		if !o.cluster && isContext(obj.Unstructured) {
+		if obj.Unstructured != nil && !o.cluster && isContext(obj.Unstructured) {
 			in.context = append(in.context, obj)
 		}
 		f, ok := fileIndex[obj.Source.File]
@@ -82,7 +92,7 @@ func (o *checkOptions) readInputs() (_ *checkInputs, err error) {
 			fileIndex[obj.Source.File] = f
 			in.files = append(in.files, obj.Source.File)
 		}
-		gvk := obj.GroupVersionKind()
+		gvk := obj.GVK
 		k, ok := in.kindIndex[gvk]
 		if !ok {
 			k = len(in.kinds)

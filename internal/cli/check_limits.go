@@ -14,7 +14,8 @@ var limitsKey = audit.PolicyKey{Source: audit.SourceAPIServer, Name: "request-si
 
 // Rules of the results of limitsKey.
 const (
-	// ruleRequestBody: the JSON body kubectl sends to create the object is over admit.MaxRequestBodyBytes.
+	// ruleRequestBody: the JSON body kubectl sends to create the object is over the API server's limit (see
+	// admit.RequestTooLarge).
 	ruleRequestBody = "request body"
 	// ruleData: the data of a ConfigMap or Secret add up to more than admit.MaxDataBytes.
 	ruleData = "data"

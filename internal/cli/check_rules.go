@@ -62,8 +62,10 @@ func fileRules(ctx context.Context, in *checkInputs) (*ruleSet, error) {
 	if err != nil {
 		return nil, BadInput("%w", err)
 	}
-	rs := &ruleSet{preparer: preparer, views: engine.Views{Resources: resources, Namespaces: namespaces, Params: views.NewFileParams(nil)}}
-	// Compiled once to learn the param kinds, then again with the params read.
+	// The params are read once the policies are compiled (which kinds they read, which objects their
+	// bindings pick), and the policies read them only when they evaluate: compiled once, before.
+	params := &fileParams{FileParams: views.NewFileParams(nil)}
+	rs := &ruleSet{preparer: preparer, views: engine.Views{Resources: resources, Namespaces: namespaces, Params: params}}
 	if err := rs.compile(objs); err != nil {
 		return nil, err
 	}
@@ -81,13 +83,16 @@ func fileRules(ctx context.Context, in *checkInputs) (*ruleSet, error) {
 	if len(readers) == 0 {
 		return rs, nil
 	}
-	params, err := readParams(in, readers, preparer)
+	read, err := readParams(in, readers, preparer)
 	if err != nil {
 		return nil, err
 	}
-	rs.views.Params = views.NewFileParams(params)
-	return rs, rs.compile(objs)
+	params.FileParams = views.NewFileParams(read)
+	return rs, nil
 }
+
+// fileParams are the params of rules read from files, set after the policies reading them are compiled.
+type fileParams struct{ *views.FileParams }
 
 func (rs *ruleSet) compile(objs []*unstructured.Unstructured) error {
 	policies, err := engine.Compiler{}.Compile(objs, rs.views)

@@ -233,6 +233,25 @@ func TestCheckStdin(t *testing.T) {
 	}
 }
 
+// TestCheckRulesAmongManifests checks that the CRDs, policies, bindings, params and Namespaces among the
+// manifests are read as rules, as from --rules (a GitOps repository checks itself), and are also checked as
+// objects: the nine objects of the rules directory (3 Namespaces, a ConfigMap of params, 2 policies with
+// their bindings and a CRD), which no policy matches.
+func TestCheckRulesAmongManifests(t *testing.T) {
+	fromRules, _, rulesCode := runCheck("", "-f", checkManifests, "--rules", checkRules)
+	together, errOut, code := runCheck("", "-f", checkManifests, "-f", checkRules)
+	if code != ExitViolations || rulesCode != ExitViolations {
+		t.Fatalf("exit codes: --rules %d, -f %d, want %d; stderr:\n%s", rulesCode, code, ExitViolations, errOut)
+	}
+	const rulesTotals, togetherTotals = "9 objects checked, 1 matched by no policy.", "18 objects checked, 10 matched by no policy."
+	if !strings.Contains(fromRules, rulesTotals) || !strings.Contains(together, togetherTotals) {
+		t.Fatalf("totals: --rules\n%s\n-f\n%s\nwant %q and %q", fromRules, together, rulesTotals, togetherTotals)
+	}
+	if got, want := strings.Replace(together, togetherTotals, rulesTotals, 1), fromRules; got != want {
+		t.Errorf("results differ:\n--- rules among the manifests\n%s\n--- --rules\n%s", together, fromRules)
+	}
+}
+
 // TestCheckCluster checks --cluster against servers that cannot be reached: exit code 3, and --context
 // selects the cluster although --cluster is a switch in check.
 func TestCheckCluster(t *testing.T) {

@@ -16,7 +16,9 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	sigsjson "sigs.k8s.io/json"
 )
 
 // Stdin is the path that stands for standard input.
@@ -38,8 +40,11 @@ func (s Source) String() string {
 
 // Object is one object read from the inputs.
 type Object struct {
+	// Unstructured is the object's content; nil when the object was read undecoded (see Reader.Undecoded).
 	*unstructured.Unstructured
 	Source Source
+	// GVK is the object's apiVersion and kind, set whether or not its content was decoded.
+	GVK schema.GroupVersionKind
 	// JSON is the object as the JSON it was decoded from, for readers that pass it on without encoding it
 	// again; nil for the items of a List. It may span lines.
 	JSON []byte
@@ -62,12 +67,15 @@ type Reader struct {
 	// Workers is how many documents are parsed at once (YAML parsing is most of the cost of reading); the
 	// objects are still visited one at a time, in order. 0 or 1 parses one document at a time.
 	Workers int
+	// Undecoded, when set, says which objects are visited without their content decoded: Unstructured nil,
+	// GVK and JSON set. Reading the kind alone is a scan of the JSON that builds no maps, a fraction of the
+	// cost of decoding it, for a caller that only passes the JSON on. The items of a List are always decoded.
+	// It is called from the parsing workers, concurrently.
+	Undecoded func(schema.GroupVersionKind) bool
 }
 
-// Files returns the files paths stand for, in order: a directory stands for the manifest files under it in
-// lexical order (hidden entries skipped), "-" for standard input. A path that does not exist is an error; so
-// is a directory without manifest files, which is almost always a wrong path.
-func Files(paths []string) ([]string, error) {
+// files returns the files paths stand for, in order (see Walk).
+func files(paths []string) ([]string, error) {
 	var out []string
 	stdin := false
 	for _, p := range paths {
@@ -130,14 +138,16 @@ func pathError(err error) error {
 	return err
 }
 
-// Walk reads the objects of every file paths stand for (see Files) and calls visit with each, in order. It
-// stops at the first error: an *Error for bad inputs, or what visit returned.
+// Walk reads the objects of every file paths stand for and calls visit with each, in order. A directory
+// stands for the manifest files under it in lexical order (hidden entries skipped), "-" for standard input. A
+// path that does not exist is an error; so is a directory without manifest files, which is almost always a
+// wrong path. It stops at the first error: an *Error for bad inputs, or what visit returned.
 func (r Reader) Walk(paths []string, visit func(Object) error) error {
-	files, err := Files(paths)
+	names, err := files(paths)
 	if err != nil {
 		return err
 	}
-	for _, f := range files {
+	for _, f := range names {
 		if err := r.walkFile(f, visit); err != nil {
 			return err
 		}
@@ -170,12 +180,7 @@ func (r Reader) walkFile(name string, visit func(Object) error) error {
 		defer func() { _ = f.Close() }()
 		in = f
 	}
-	return decode(name, in, visit, r.Workers)
-}
-
-// Decode reads the documents of one file, named name in errors, and calls visit with each object.
-func Decode(name string, in io.Reader, visit func(Object) error) error {
-	return decode(name, in, visit, 1)
+	return r.decode(name, in, visit)
 }
 
 // document is one document of a file, and once parsed its objects or the error that stops the reading.
@@ -190,9 +195,11 @@ type document struct {
 // to hold little.
 const batchPerWorker = 32
 
-func decode(name string, in io.Reader, visit func(Object) error, workers int) error {
+// decode reads the documents of one file, named name in errors, and calls visit with each object.
+func (r Reader) decode(name string, in io.Reader, visit func(Object) error) error {
+	workers := r.Workers
 	if workers <= 1 {
-		return split(name, in, func(src Source, data []byte) error { return decodeDocument(src, data, visit) })
+		return split(name, in, func(src Source, data []byte) error { return r.decodeDocument(src, data, visit) })
 	}
 	var batch []document
 	run := func() error {
@@ -203,7 +210,7 @@ func decode(name string, in io.Reader, visit func(Object) error, workers int) er
 			wg.Go(func() {
 				for i := range next {
 					d := &batch[i]
-					d.err = decodeDocument(d.src, d.data, func(o Object) error {
+					d.err = r.decodeDocument(d.src, d.data, func(o Object) error {
 						d.objects = append(d.objects, o)
 						return nil
 					})
@@ -282,13 +289,13 @@ func isSeparator(line []byte) bool {
 }
 
 // decodeDocument decodes one YAML document or JSON stream that starts on src.Line.
-func decodeDocument(src Source, doc []byte, visit func(Object) error) error {
+func (r Reader) decodeDocument(src Source, doc []byte, visit func(Object) error) error {
 	trimmed := bytes.TrimSpace(doc)
 	if len(trimmed) == 0 || onlyComments(trimmed) {
 		return nil
 	}
 	if trimmed[0] == '{' {
-		return decodeJSONStream(src, doc, visit)
+		return r.decodeJSONStream(src, doc, visit)
 	}
 	data, err := utilyaml.ToJSON(doc)
 	if err != nil {
@@ -300,11 +307,11 @@ func decodeDocument(src Source, doc []byte, visit func(Object) error) error {
 	if bytes.Equal(bytes.TrimSpace(data), []byte("null")) {
 		return nil
 	}
-	return decodeObject(src, data, visit)
+	return r.decodeObject(src, data, visit)
 }
 
 // decodeJSONStream decodes one or more JSON objects in a row, each reported at the line it starts on.
-func decodeJSONStream(src Source, doc []byte, visit func(Object) error) error {
+func (r Reader) decodeJSONStream(src Source, doc []byte, visit func(Object) error) error {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	for {
 		offset := dec.InputOffset()
@@ -325,7 +332,7 @@ func decodeJSONStream(src Source, doc []byte, visit func(Object) error) error {
 			}
 			return &Error{Source: at, Err: fmt.Errorf("invalid JSON: %w", err)}
 		}
-		if err := decodeObject(at, raw, visit); err != nil {
+		if err := r.decodeObject(at, raw, visit); err != nil {
 			return err
 		}
 	}
@@ -359,8 +366,14 @@ func yamlError(err error, start int) error {
 	return errors.New(msg)
 }
 
-// decodeObject decodes one JSON object into an Object, expanding a List into its items.
-func decodeObject(src Source, data []byte, visit func(Object) error) error {
+// decodeObject decodes one JSON object into an Object, expanding a List into its items; an object of a kind
+// r.Undecoded accepts is visited with its kind and JSON only.
+func (r Reader) decodeObject(src Source, data []byte, visit func(Object) error) error {
+	if r.Undecoded != nil {
+		if gvk, ok := kindOf(data); ok && r.Undecoded(gvk) {
+			return visit(Object{Source: src, GVK: gvk, JSON: data})
+		}
+	}
 	obj := &unstructured.Unstructured{}
 	if err := obj.UnmarshalJSON(data); err != nil {
 		return &Error{Source: src, Err: objectError(err, data)}
@@ -375,13 +388,33 @@ func decodeObject(src Source, data []byte, visit func(Object) error) error {
 			if item.GetKind() == "" || item.GetAPIVersion() == "" {
 				return &Error{Source: src, Err: fmt.Errorf("item %d of the %s has no apiVersion or kind", i, obj.GetKind())}
 			}
-			if err := visit(Object{Unstructured: item, Source: src}); err != nil {
+			if err := visit(Object{Unstructured: item, Source: src, GVK: item.GroupVersionKind()}); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
-	return visit(Object{Unstructured: obj, Source: src, JSON: data})
+	return visit(Object{Unstructured: obj, Source: src, GVK: obj.GroupVersionKind(), JSON: data})
+}
+
+// kindOf returns the apiVersion and kind of the object whose JSON is data, as the unstructured decoder reads
+// them, without decoding the rest: false for what that decoder handles otherwise (a List, no kind) or rejects,
+// which is then decoded in full for its items or its error.
+func kindOf(data []byte) (schema.GroupVersionKind, bool) {
+	var head struct {
+		APIVersion string          `json:"apiVersion"`
+		Kind       string          `json:"kind"`
+		Items      json.RawMessage `json:"items"`
+	}
+	// The unstructured decoder's JSON decoder: case-sensitive keys, the last of duplicate keys wins.
+	if err := sigsjson.UnmarshalCaseSensitivePreserveInts(data, &head); err != nil || head.Kind == "" || head.Items != nil {
+		return schema.GroupVersionKind{}, false
+	}
+	gv, err := schema.ParseGroupVersion(head.APIVersion)
+	if err != nil {
+		return schema.GroupVersionKind{}, false // the decoder finds no kind in it: an error
+	}
+	return gv.WithKind(head.Kind), true
 }
 
 // maxDepth is how deep the decoders of YAML (goyaml) and of JSON (encoding/json, and sigs.k8s.io/json in the

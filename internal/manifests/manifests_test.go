@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // names renders objects as "kind/name@line" for comparison.
@@ -37,7 +39,7 @@ func TestDecode(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []Object
-			err := Decode("f.yaml", strings.NewReader(tc.in), func(o Object) error {
+			err := Reader{}.decode("f.yaml", strings.NewReader(tc.in), func(o Object) error {
 				got = append(got, o)
 				return nil
 			})
@@ -60,7 +62,7 @@ func TestDecode(t *testing.T) {
 
 func TestDecodeKeepsIntegers(t *testing.T) {
 	var got []Object
-	err := Decode("f", strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\nreplicas: 9007199254740993\n"), func(o Object) error {
+	err := Reader{}.decode("f", strings.NewReader("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: big}\nreplicas: 9007199254740993\n"), func(o Object) error {
 		got = append(got, o)
 		return nil
 	})
@@ -133,5 +135,53 @@ func TestDecodeTooDeep(t *testing.T) {
 				t.Errorf("error %v\nwant %s", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestUndecoded checks that objects of the kinds Reader.Undecoded accepts come with the kind and JSON an
+// unstructured decoding gives them and no content, that the others and the items of Lists are decoded, and
+// that a document that is not an object fails as it does when decoded.
+func TestUndecoded(t *testing.T) {
+	const in = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: cm}\ndata: {a: b}\n" +
+		"---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n" +
+		"---\napiVersion: v1\nkind: List\nitems:\n- {apiVersion: v1, kind: ConfigMap, metadata: {name: in-list}}\n" +
+		"---\n{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"Kind\": \"Secret\", \"metadata\": {\"name\": \"json\"}}\n"
+	// Every kind but Deployments, List included: the items of a List are decoded all the same.
+	notDeployments := func(gvk schema.GroupVersionKind) bool { return gvk.Kind != "Deployment" }
+	var got []string
+	err := Reader{Undecoded: notDeployments}.decode("f.yaml", strings.NewReader(in), func(o Object) error {
+		name := "(undecoded)"
+		if o.Unstructured != nil {
+			name = o.GetName()
+		}
+		got = append(got, fmt.Sprintf("%s %q %s@%d json=%t", name, o.GVK.GroupVersion().String(), o.GVK.Kind, o.Source.Line, o.JSON != nil))
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		`(undecoded) "v1" ConfigMap@1 json=true`,
+		`d "apps/v1" Deployment@6 json=true`,
+		`in-list "v1" ConfigMap@10 json=false`,
+		`(undecoded) "v1" ConfigMap@15 json=true`, // keys are case-sensitive: "Kind" is another field
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("got\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	for _, doc := range []string{
+		"apiVersion: v1\nmetadata: {name: x}\n",
+		"apiVersion: v1\nkind: 7\n",
+		"apiVersion: a/b/c\nkind: ConfigMap\n", // an apiVersion that does not parse: no kind
+		"---\njust text\n",
+	} {
+		read := func(r Reader) error {
+			return r.decode("f.yaml", strings.NewReader(doc), func(Object) error { return nil })
+		}
+		decoded, undecoded := read(Reader{}), read(Reader{Undecoded: func(schema.GroupVersionKind) bool { return true }})
+		if decoded == nil || fmt.Sprint(decoded) != fmt.Sprint(undecoded) {
+			t.Errorf("%q: error %v undecoded, want %v as decoded", doc, undecoded, decoded)
+		}
 	}
 }

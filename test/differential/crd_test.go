@@ -22,6 +22,8 @@ import (
 	"k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	structuralschema "k8s.io/apiextensions-apiserver/pkg/apiserver/schema"
+	structuraldefaulting "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/defaulting"
+	structuralpruning "k8s.io/apiextensions-apiserver/pkg/apiserver/schema/pruning"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -316,7 +318,9 @@ func createAndReadBack(t *testing.T, res dynamic.ResourceInterface, obj *unstruc
 // The order is the apiserver's: pruning when decoding, then defaulting.
 func asValidated(obj *unstructured.Unstructured, s *structuralschema.Structural) *unstructured.Unstructured {
 	out := obj.DeepCopy()
-	admit.PruneAndDefault(out.Object, s)
+	structuralpruning.Prune(out.Object, s, true)
+	structuraldefaulting.PruneNonNullableNullsWithoutDefaults(out.Object, s)
+	structuraldefaulting.Default(out.Object, s)
 	h := fnv.New64a()
 	h.Write([]byte(obj.GetAPIVersion() + "/" + obj.GetName()))
 	out.SetUID(types.UID(fmt.Sprintf("00000000-0000-4000-8000-%012x", h.Sum64()&0xffffffffffff)))
