@@ -157,7 +157,7 @@ func (n goldenNamespaces) Get(name string) (*corev1.Namespace, error) {
 	return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
 }
 
-// goldenResults compiles the rule sources and evaluates them on a few stored objects, as the scan engine
+// goldenResults compiles the rule sources and evaluates them on a few stored objects, as the scanner
 // does, and returns every result.
 func goldenResults(t *testing.T) []audit.Result {
 	t.Helper()

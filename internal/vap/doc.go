@@ -27,7 +27,7 @@
 //     inspected when the policy is compiled; for a Secret (and for params of kind Secret), a
 //     messageExpression or audit annotation that may read those fields is not evaluated, and the error of an
 //     expression that may read them keeps the apiserver's form with its details withheld. Validations are
-//     evaluated whatever they read. The scan engine then redacts the Secret's values from every result.
+//     evaluated whatever they read. The scanner then redacts the Secret's values from every result.
 //   - An object a matchCondition excludes yields no result: the apiserver admits it without evaluating the
 //     validations and says nothing, and a result per excluded object would be noise that grows with the
 //     cluster. The same holds per param: a (binding, param) pair whose matchConditions are false yields

@@ -213,7 +213,7 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		}
 		res := e.evaluateParam(b, ev, match, versioned, namespace, param, props)
 		if c.paramsAreSecrets && param != nil {
-			// The last guard for a Secret read as params, as the scan engine's for an audited Secret.
+			// The last guard for a Secret read as params, as the scanner's for an audited Secret.
 			secretRedactor(param).Redact(res)
 		}
 		results = append(results, res...)
