@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -112,12 +112,14 @@ type Scanner struct {
 	// rather than stored after its policy's results were deleted.
 	live     sync.RWMutex
 	policies map[audit.PolicyKey]audit.Policy
-	byGVR    map[schema.GroupVersionResource][]audit.Policy // sorted by key; replaced, never modified; written under live too
+	// index is the registered policies by the resources they cover. A change builds the next index before
+	// it takes live and swaps it in under mu and live: readers load it without waiting.
+	index    atomic.Pointer[engine.Set]
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
 }
 
-// New returns a scanner that reads with client and writes results to sink. Call Start to run it.
+// NewScanner returns a scanner that reads with client and writes results to sink. Call Start to run it.
 func NewScanner(client Client, sink Sink, log logr.Logger, opts Options) *Scanner {
 	opts.defaults()
 	s := &Scanner{
@@ -129,9 +131,9 @@ func NewScanner(client Client, sink Sink, log logr.Logger, opts Options) *Scanne
 		pages:    make(chan struct{}, opts.PagesInFlight),
 		released: make(chan struct{}),
 		policies: map[audit.PolicyKey]audit.Policy{},
-		byGVR:    map[schema.GroupVersionResource][]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
 	}
+	s.index.Store(engine.NewSet())
 	if opts.Released {
 		s.Release()
 	}
@@ -169,21 +171,21 @@ func (s *Scanner) setPolicy(p audit.Policy, rescan bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	key := p.Key()
+	next := s.index.Load().With(p)
 	s.live.Lock()
 	defer s.live.Unlock()
 	old := s.policies[key]
 	s.policies[key] = p
+	s.index.Store(next)
 	want := map[schema.GroupVersionResource]bool{}
 	for _, gvr := range p.Resources() {
 		want[gvr] = true
-		s.indexLocked(gvr, key, p)
 	}
 	had := map[schema.GroupVersionResource]bool{}
 	if old != nil {
 		for _, gvr := range old.Resources() {
 			had[gvr] = true
 			if !want[gvr] {
-				s.indexLocked(gvr, key, nil)
 				s.sink.DeletePolicy(key, gvr)
 				s.releaseLocked(gvr)
 			}
@@ -216,12 +218,13 @@ func (s *Scanner) RemovePolicy(key audit.PolicyKey) {
 	if p == nil {
 		return
 	}
+	next := s.index.Load().Without(key)
 	s.live.Lock()
 	defer s.live.Unlock()
 	delete(s.policies, key)
+	s.index.Store(next)
 	s.sink.DeletePolicy(key, schema.GroupVersionResource{})
 	for _, gvr := range p.Resources() {
-		s.indexLocked(gvr, key, nil)
 		s.releaseLocked(gvr)
 	}
 }
@@ -302,9 +305,7 @@ func (s *Scanner) settled() {
 // runs for every watch event, so it reads the index rather than asking every policy for its resources. The
 // unrestricted slice is shared: callers must not modify it.
 func (s *Scanner) policiesFor(gvr schema.GroupVersionResource, keys policySet) []audit.Policy {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	all := s.byGVR[gvr]
+	all := s.index.Load().For(gvr)
 	if keys == nil {
 		return all
 	}
@@ -315,27 +316,6 @@ func (s *Scanner) policiesFor(gvr schema.GroupVersionResource, keys policySet) [
 		}
 	}
 	return out
-}
-
-// indexLocked records that p covers gvr under key, or that key no longer does when p is nil. Slices are
-// replaced, never modified, since policiesFor hands them out.
-func (s *Scanner) indexLocked(gvr schema.GroupVersionResource, key audit.PolicyKey, p audit.Policy) {
-	cur := s.byGVR[gvr]
-	next := make([]audit.Policy, 0, len(cur)+1)
-	for _, x := range cur {
-		if x.Key() != key {
-			next = append(next, x)
-		}
-	}
-	if p != nil {
-		next = append(next, p)
-		slices.SortFunc(next, audit.ComparePolicies)
-	}
-	if len(next) == 0 {
-		delete(s.byGVR, gvr)
-		return
-	}
-	s.byGVR[gvr] = next
 }
 
 func (s *Scanner) startLocked(w *watcher) {
@@ -356,7 +336,7 @@ func (s *Scanner) startLocked(w *watcher) {
 
 // releaseLocked stops the watcher of gvr when no policy covers it any more.
 func (s *Scanner) releaseLocked(gvr schema.GroupVersionResource) {
-	if len(s.byGVR[gvr]) > 0 {
+	if len(s.index.Load().For(gvr)) > 0 {
 		return
 	}
 	if w := s.watchers[gvr]; w != nil {
@@ -386,12 +366,7 @@ func (s *Scanner) evaluate(ctx context.Context, gvr schema.GroupVersionResource,
 // gvr too keeps its results (a rescan, when one is due, overwrites them); a removed policy, or one that no
 // longer covers gvr, has had its results deleted and must not get them back. The caller holds live.
 func (s *Scanner) covers(key audit.PolicyKey, gvr schema.GroupVersionResource) bool {
-	for _, p := range s.byGVR[gvr] {
-		if p.Key() == key {
-			return true
-		}
-	}
-	return false
+	return s.index.Load().Covers(key, gvr)
 }
 
 // policySet is a set of policy keys.

@@ -52,7 +52,7 @@ func TestWithheldResourceNeverRead(t *testing.T) {
 	})
 	both := coveringPolicy{name: "both", resources: []schema.GroupVersionResource{configMaps, secrets}}
 	skip := audit.Result{
-		Policy: "both", Rule: "read (v1/secrets)", Category: "Credentials", Severity: audit.SeverityLow,
+		Policy: "both", PolicySource: "test", Rule: "read (v1/secrets)", Category: "Credentials", Severity: audit.SeverityLow,
 		Verdict: audit.Skip, Message: "not audited (v1/secrets): ask for it",
 		Properties: map[string]string{"resource": "v1/secrets"},
 		Resource:   audit.ObjectRef{APIVersion: "v1", Kind: "Secret"},
