@@ -142,6 +142,22 @@ func CompilePolicyAs(key audit.PolicyKey, policy *admissionregistrationv1.Valida
 // a policy read from a file.
 func (c *Compiled) Problems() []string { return slices.Clone(c.problems) }
 
+// MatchConstraints returns a copy of the policy's matchConstraints, defaulted as the API server defaults them.
+func (c *Compiled) MatchConstraints() *admissionregistrationv1.MatchResources {
+	return c.policy.Spec.MatchConstraints.DeepCopy()
+}
+
+// WithMatchConstraints returns the policy as it would be with matchConstraints m (defaulted as the API server
+// defaults them): the same compiled expressions, matching other requests. It compiles nothing: what-if judges
+// the next UPDATE of an object with the policy narrowed to UPDATE requests, without compiling it again.
+func (c *Compiled) WithMatchConstraints(m *admissionregistrationv1.MatchResources) *Compiled {
+	out := *c
+	out.policy = c.policy.DeepCopy()
+	out.policy.Spec.MatchConstraints = m.DeepCopy()
+	defaultMatchResources(out.policy.Spec.MatchConstraints)
+	return &out
+}
+
 // listProblems returns the problems of the policy as a whole followed by exprs, the problems of its
 // expressions.
 func (c *Compiled) listProblems(exprs []string) []string {

@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
-	"github.com/celaudit/celaudit/internal/crdrules"
-	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
 )
 
@@ -191,27 +189,4 @@ func internalCRD(scheme *runtime.Scheme, crd *apiextensionsv1.CustomResourceDefi
 		return nil, err
 	}
 	return out, nil
-}
-
-// compileProblems lists, with their sources, the expressions of the proposed policies that do not compile,
-// with the compiler's messages: the API server would reject such a policy or CRD.
-func (p *Proposal) compileProblems(c engine.Compiler) []string {
-	var out []string
-	for _, crd := range p.CRDs {
-		for _, problem := range crdrules.Compile(crd, c.CRDOptions).Problems() {
-			out = append(out, fmt.Sprintf("%s: CustomResourceDefinition %s: %s", p.source("CustomResourceDefinition", crd.Name), crd.Name, problem))
-		}
-	}
-	for _, v := range p.VAPs {
-		for _, problem := range c.VAP(v).Problems() {
-			out = append(out, fmt.Sprintf("%s: ValidatingAdmissionPolicy %s: %s", p.source("ValidatingAdmissionPolicy", v.Name), v.Name, problem))
-		}
-	}
-	for _, ap := range p.AuditPolicies {
-		compiled, _ := c.AuditPolicy(ap)
-		for _, problem := range compiled.Problems() {
-			out = append(out, fmt.Sprintf("%s: AuditPolicy %s: %s", p.source("AuditPolicy", ap.Name), ap.Name, problem))
-		}
-	}
-	return out
 }
