@@ -62,16 +62,6 @@ type plan struct {
 	read    schema.GroupVersionResource
 }
 
-// Compile compiles policy and binds it: CompilePolicy(policy, opts).Bind(bindings, deps). Controllers that
-// see bindings change more often than policies should cache CompilePolicy's result and call Bind.
-func Compile(
-	policy *admissionregistrationv1.ValidatingAdmissionPolicy,
-	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding,
-	deps Deps, opts Options,
-) *Policy {
-	return CompilePolicy(policy, opts).Bind(bindings, deps)
-}
-
 // Bind applies the policy's bindings (those whose spec.policyName names it; others are ignored) and the
 // cluster's resources as deps.Resolver serves them. Without bindings the policy is audited as if bound with
 // empty matchResources and validationActions [Audit]. Bind again when bindings or discovery change; namespaces
