@@ -30,7 +30,7 @@ type Policy struct {
 	bindings  []*boundBinding
 	resources []schema.GroupVersionResource
 	// templates holds the workload resources whose pod templates are evaluated as Pods; nil unless the
-	// policy expands pod templates (see ExpandingPodTemplates).
+	// policy expands pod templates (see expandingPodTemplates).
 	templates map[schema.GroupVersionResource]bool
 
 	// paramConfigErr fails every evaluation that matches, as the apiserver's hook ConfigurationError does.
@@ -66,7 +66,7 @@ type plan struct {
 // cluster's resources as deps.Resolver serves them. Without bindings the policy is audited as if bound with
 // empty matchResources and validationActions [Audit]. Bind again when bindings or discovery change; namespaces
 // and params are read at evaluation time. A policy annotated celaudit.io/expand-pod-templates: "true" is
-// bound expanding pod templates (see ExpandingPodTemplates), so that every front end binding it agrees.
+// bound expanding pod templates (see expandingPodTemplates), so that every front end binding it agrees.
 func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, deps Deps) *Policy {
 	lister := namespaceLister{getter: deps.Namespaces}
 	p := &Policy{
@@ -114,7 +114,7 @@ func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionP
 
 	p.plan()
 	if c.expandPodTemplates {
-		return p.ExpandingPodTemplates()
+		return p.expandingPodTemplates()
 	}
 	return p
 }

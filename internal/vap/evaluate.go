@@ -35,7 +35,7 @@ const maxAuditAnnotationValueLength = 10 * 1024
 
 // Evaluate implements audit.Policy. obj must have been read at gvr, one of Resources(); objects of other
 // resources, and objects no binding applies to, yield no results. For a policy that expands pod templates
-// (see ExpandingPodTemplates), the results on a workload are followed by those on its pod template.
+// (see expandingPodTemplates), the results on a workload are followed by those on its pod template.
 func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
 	if obj == nil {
 		return nil

@@ -512,9 +512,6 @@ func TestPodTemplateResources(t *testing.T) {
 			if got := p.Resources(); !slices.Equal(got, c.want) {
 				t.Errorf("Resources() = %v, want %v", got, c.want)
 			}
-			if got := p.ExpandsPodTemplates(); got != c.expands {
-				t.Errorf("ExpandsPodTemplates() = %v, want %v", got, c.expands)
-			}
 			res := p.Evaluate(defaultTestContext, deploymentsGVR, newWorkload("Deployment", "prod", "web", podTemplate("nginx:latest", nil)))
 			templated := slices.ContainsFunc(res, func(r audit.Result) bool { return r.Properties[audit.PropPodTemplate] == "true" })
 			if templated != c.expands {
@@ -546,13 +543,14 @@ func TestPodsStillEvaluated(t *testing.T) {
 	}
 }
 
-// TestExpandingPodTemplates checks the method that expands a bound policy without the annotation: it gives
+// TestExpandingPodTemplates checks the method Bind expands an annotated policy with, called on a policy bound
+// without the annotation: it gives
 // the annotated policy's results, leaves the policy it is called on alone, and is idempotent.
 func TestExpandingPodTemplates(t *testing.T) {
 	deps := Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}
 	plain := newPolicy("p", withRules(rule("", "v1", "pods")), withValidation(imageRule, message("no latest images")))
 	p := CompilePolicy(plain, Options{}).Bind(bindings{newBinding("b", "p")}, deps)
-	q := p.ExpandingPodTemplates()
+	q := p.expandingPodTemplates()
 	annotated := CompilePolicy(podPolicy(), Options{}).Bind(bindings{newBinding("b", "p")}, deps)
 
 	workload := newWorkload("StatefulSet", "prod", "db", podTemplate("postgres:latest", nil))
@@ -572,8 +570,8 @@ func TestExpandingPodTemplates(t *testing.T) {
 	if !slices.Equal(q.Resources(), annotated.Resources()) {
 		t.Errorf("Resources() = %v, want the annotated policy's %v", q.Resources(), annotated.Resources())
 	}
-	if q.ExpandingPodTemplates() != q || annotated.ExpandingPodTemplates() != annotated {
-		t.Errorf("ExpandingPodTemplates of an expanded policy returned another policy")
+	if q.expandingPodTemplates() != q || annotated.expandingPodTemplates() != annotated {
+		t.Errorf("expandingPodTemplates of an expanded policy returned another policy")
 	}
 	// Resources returns a copy: changing it changes nothing.
 	r := q.Resources()
