@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -163,30 +164,7 @@ func (w *watcher) run(ctx context.Context) {
 	needList := true
 	failures := 0 // failed reads in a row, which set the backoff
 	for ctx.Err() == nil {
-		all, byNS := w.takePending()
-		var err error
-		switch {
-		case needList || len(all) > 0:
-			// A full list covers every pending rescan: scoped ones are a subset of it.
-			for _, nss := range byNS {
-				for p := range nss {
-					all[p] = true
-				}
-			}
-			err = w.list(ctx, "", all)
-			if err == nil {
-				needList = false
-			}
-		default:
-			for ns, policies := range byNS {
-				if err = w.list(ctx, ns, policies); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			w.requeue(all, byNS)
-			w.done(ctx, false)
+		if err := w.read(ctx, needList); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
@@ -196,8 +174,7 @@ func (w *watcher) run(ctx context.Context) {
 			w.scanner.sleep(ctx, wait)
 			continue
 		}
-		failures = 0
-		w.done(ctx, true)
+		needList, failures = false, 0
 		expired, err := w.watch(ctx)
 		switch {
 		case expired:
@@ -205,18 +182,54 @@ func (w *watcher) run(ctx context.Context) {
 			needList = true
 		case err != nil && ctx.Err() == nil:
 			failures++
-			wait := w.scanner.backoff(failures)
-			if msg := err.Error(); msg != w.watchError {
-				w.watchError = msg
-				log.Info("Watching the resource failed, retrying with backoff", "err", msg, "after", wait)
-			} else {
-				log.V(1).Info("Watching the resource failed, retrying", "err", msg, "after", wait)
-			}
-			w.scanner.sleep(ctx, wait)
+			w.watchFailed(ctx, log, err, failures)
 		default:
 			w.watchError = ""
 		}
 	}
+}
+
+// read does the pending rescans: a full list when one is needed or asked for, which covers the rescans
+// scoped to a namespace too, or else a list of each namespace a rescan is scoped to. The rescans of a read
+// that fails are put back, to be done when it is retried.
+func (w *watcher) read(ctx context.Context, needList bool) error {
+	all, byNS := w.takePending()
+	var err error
+	if needList || len(all) > 0 {
+		// A full list covers every pending rescan: scoped ones are a subset of it.
+		for _, nss := range byNS {
+			for p := range nss {
+				all[p] = true
+			}
+		}
+		err = w.list(ctx, "", all)
+	} else {
+		for ns, policies := range byNS {
+			if err = w.list(ctx, ns, policies); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		w.requeue(all, byNS)
+		w.done(ctx, false)
+		return err
+	}
+	w.done(ctx, true)
+	return nil
+}
+
+// watchFailed logs a failed watch, at V(1) when it failed as the last one did, and waits the backoff of the
+// given number of failed reads in a row.
+func (w *watcher) watchFailed(ctx context.Context, log logr.Logger, err error, failures int) {
+	wait := w.scanner.backoff(failures)
+	if msg := err.Error(); msg != w.watchError {
+		w.watchError = msg
+		log.Info("Watching the resource failed, retrying with backoff", "err", msg, "after", wait)
+	} else {
+		log.V(1).Info("Watching the resource failed, retrying", "err", msg, "after", wait)
+	}
+	w.scanner.sleep(ctx, wait)
 }
 
 // backoff is the wait after the given number of failed reads in a row: Options.Backoff doubled for each
@@ -247,9 +260,6 @@ func (w *watcher) requeue(all policySet, byNS map[string]policySet) {
 // the list's resourceVersion.
 func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) error {
 	s := w.scanner
-	every := s.policiesFor(w.gvr, nil)
-	only := s.policiesFor(w.gvr, rescan)
-	var seen uidmap.Map[struct{}]
 	opts := metav1.ListOptions{Limit: s.opts.PageSize}
 	scope := namespace
 	if namespace != "" && isNamespaces(w.gvr) {
@@ -258,51 +268,10 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) 
 		scope = ""
 		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", namespace).String()
 	}
-	var listRV string
-	// The next page is requested before the current one is evaluated, so that the API server encodes it
-	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
-	// idle during every request and the API server idle during every evaluation.
-	next := w.fetch(ctx, scope, opts)
-	for {
-		got := <-next
-		next = nil
-		if got.err != nil {
-			s.returnPage(got)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if apierrors.IsResourceExpired(got.err) || apierrors.IsGone(got.err) {
-				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
-				if opts.Continue != "" {
-					opts.Continue = ""
-					seen = uidmap.Map[struct{}]{}
-					next = w.fetch(ctx, scope, opts)
-					continue
-				}
-			}
-			w.setReadError(got.err)
-			return fmt.Errorf("listing %s: %w", w.gvr, got.err)
-		}
-		page := got.page
-		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
-			next = w.fetch(ctx, scope, opts)
-		}
-		err := w.evaluatePage(ctx, page, every, only, &seen)
-		s.returnPage(got)
-		if err != nil {
-			if next != nil {
-				s.returnPage(<-next)
-			}
-			w.setReadError(err)
-			return fmt.Errorf("listing %s: %w", w.gvr, err)
-		}
-		w.setReadError(nil)
-		if listRV == "" {
-			listRV = page.List.GetResourceVersion()
-		}
-		if next == nil {
-			break
-		}
+	var seen uidmap.Map[struct{}]
+	listRV, err := w.readPages(ctx, scope, opts, s.policiesFor(w.gvr, nil), s.policiesFor(w.gvr, rescan), &seen)
+	if err != nil {
+		return err
 	}
 	if opts.FieldSelector != "" {
 		return nil
@@ -316,6 +285,55 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) 
 		w.lastRV = listRV
 	}
 	return nil
+}
+
+// readPages lists the resource in scope page by page and evaluates each page (see evaluatePage), recording
+// the objects seen, and returns the resourceVersion of the list. A continue token that expires starts the
+// list over.
+func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListOptions, every, only []audit.Policy,
+	seen *uidmap.Map[struct{}]) (listRV string, err error) {
+	s := w.scanner
+	// The next page is requested before the current one is evaluated, so that the API server encodes it
+	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
+	// idle during every request and the API server idle during every evaluation.
+	next := w.fetch(ctx, scope, opts)
+	for next != nil {
+		got := <-next
+		next = nil
+		if got.err != nil {
+			s.returnPage(got)
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			if (apierrors.IsResourceExpired(got.err) || apierrors.IsGone(got.err)) && opts.Continue != "" {
+				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
+				opts.Continue = ""
+				*seen = uidmap.Map[struct{}]{}
+				next = w.fetch(ctx, scope, opts)
+				continue
+			}
+			w.setReadError(got.err)
+			return "", fmt.Errorf("listing %s: %w", w.gvr, got.err)
+		}
+		page := got.page
+		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
+			next = w.fetch(ctx, scope, opts)
+		}
+		err := w.evaluatePage(ctx, page, every, only, seen)
+		s.returnPage(got)
+		if err != nil {
+			if next != nil {
+				s.returnPage(<-next)
+			}
+			w.setReadError(err)
+			return "", fmt.Errorf("listing %s: %w", w.gvr, err)
+		}
+		w.setReadError(nil)
+		if listRV == "" {
+			listRV = page.List.GetResourceVersion()
+		}
+	}
+	return listRV, nil
 }
 
 // fetched is one LIST page, or the error reading it, and whether it holds a page token.

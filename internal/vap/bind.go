@@ -2,6 +2,7 @@ package vap
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -281,49 +282,12 @@ func (p *Policy) plan() {
 	definition := p.compiled.policy.DeepCopy()
 	definition.Spec.MatchConstraints = resourceLevel(definition.Spec.MatchConstraints)
 	definitionAccessor := validating.NewValidatingAdmissionPolicyAccessor(definition)
-
 	readable := map[schema.GroupVersionResource]bool{}
 	for _, r := range served {
 		readable[r.Resource] = r.Auditable
 	}
 	for _, b := range p.bindings {
-		binding := b.binding.DeepCopy()
-		binding.Spec.MatchResources = resourceLevel(binding.Spec.MatchResources)
-		bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
-		reports := namesOwnReports(p.compiled.policy.Spec.MatchConstraints, b.binding.Spec.MatchResources)
-		for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
-			direct, converted := map[string]plan{}, map[string]plan{}
-			for _, r := range served {
-				if exempt(r.Resource.GroupResource()) || ownReport(r.Resource.GroupResource()) && !reports {
-					continue
-				}
-				key := p.classKey(r.Resource)
-				if _, done := b.plans[key]; done {
-					continue
-				}
-				attrs := resourceAttributes(r, op)
-				matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definitionAccessor)
-				if err != nil || !matches || !readable[read] {
-					continue
-				}
-				if ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor); err != nil || !ok {
-					continue
-				}
-				candidates := converted
-				if read == r.Resource {
-					candidates = direct
-				}
-				if _, taken := candidates[key]; !taken {
-					candidates[key] = plan{request: r, read: read}
-				}
-			}
-			for key, pl := range converted {
-				b.plans[key] = pl
-			}
-			for key, pl := range direct {
-				b.plans[key] = pl
-			}
-		}
+		p.planBinding(b, served, readable, definitionAccessor)
 	}
 
 	reads := map[schema.GroupVersionResource]bool{}
@@ -337,6 +301,45 @@ func (p *Policy) plan() {
 			p.resources = append(p.resources, r.Resource)
 			delete(reads, r.Resource)
 		}
+	}
+}
+
+// planBinding fills b.plans: for each operation in turn, the classes of served resources the policy's
+// definition (resource-level) and b match that an earlier operation did not, and how each is read.
+func (p *Policy) planBinding(b *boundBinding, served []APIResource, readable map[schema.GroupVersionResource]bool,
+	definition generic.PolicyAccessor) {
+	binding := b.binding.DeepCopy()
+	binding.Spec.MatchResources = resourceLevel(binding.Spec.MatchResources)
+	bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
+	reports := namesOwnReports(p.compiled.policy.Spec.MatchConstraints, b.binding.Spec.MatchResources)
+	for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
+		direct, converted := map[string]plan{}, map[string]plan{}
+		for _, r := range served {
+			if exempt(r.Resource.GroupResource()) || ownReport(r.Resource.GroupResource()) && !reports {
+				continue
+			}
+			key := p.classKey(r.Resource)
+			if _, done := b.plans[key]; done {
+				continue
+			}
+			attrs := resourceAttributes(r, op)
+			matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definition)
+			if err != nil || !matches || !readable[read] {
+				continue
+			}
+			if ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor); err != nil || !ok {
+				continue
+			}
+			candidates := converted
+			if read == r.Resource {
+				candidates = direct
+			}
+			if _, taken := candidates[key]; !taken {
+				candidates[key] = plan{request: r, read: read}
+			}
+		}
+		maps.Copy(b.plans, converted)
+		maps.Copy(b.plans, direct)
 	}
 }
 

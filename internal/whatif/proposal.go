@@ -54,59 +54,73 @@ func (e *InputError) Error() string { return strings.Join(e.Problems, "\n") }
 func Decode(objs []manifests.Object, served func(schema.GroupVersionKind) bool) (*Proposal, error) {
 	p := &Proposal{sources: map[objectID]manifests.Source{}}
 	var problems []string
-	proposedKinds := map[schema.GroupVersionKind]bool{}
 	for _, o := range objs {
 		p.sources[idOf(o.Unstructured)] = o.Source
-		if o.GroupVersionKind() == apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition") {
-			names, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
-			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
-			versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
-			for _, v := range versions {
-				if m, ok := v.(map[string]any); ok {
-					if name, ok := m["name"].(string); ok {
-						proposedKinds[schema.GroupVersionKind{Group: group, Version: name, Kind: names}] = true
-					}
-				}
-			}
-		}
 	}
+	proposedKinds := crdKinds(objs)
 	for _, o := range objs {
-		obj := o.Unstructured
-		var err error
-		switch gvk := obj.GroupVersionKind(); {
-		case gvk.GroupKind() == apiextensionsv1.Kind("CustomResourceDefinition"):
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err = decodeStrict(obj, gvk, apiextensionsv1.SchemeGroupVersion, crd); err == nil {
-				p.CRDs = append(p.CRDs, crd)
-			}
-		case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy").GroupKind():
-			vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-			if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, vap); err == nil {
-				p.VAPs = append(p.VAPs, vap)
-			}
-		case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding").GroupKind():
-			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-			if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, b); err == nil {
-				p.Bindings = append(p.Bindings, b)
-			}
-		case gvk.GroupKind() == v1alpha1.GroupVersion.WithKind("AuditPolicy").GroupKind():
-			ap := &v1alpha1.AuditPolicy{}
-			if err = decodeStrict(obj, gvk, v1alpha1.GroupVersion, ap); err == nil {
-				p.AuditPolicies = append(p.AuditPolicies, ap)
-			}
-		case served(gvk) || proposedKinds[gvk]:
-			p.Objects = append(p.Objects, obj)
-		default:
-			err = fmt.Errorf("unknown kind %s: the cluster does not serve it and no proposed CustomResourceDefinition defines it", gvk)
-		}
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s %s: %v", o.Source, obj.GetKind(), objectName(obj), err))
+		if err := p.add(o.Unstructured, served, proposedKinds); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %s %s: %v", o.Source, o.GetKind(), objectName(o.Unstructured), err))
 		}
 	}
 	if len(problems) > 0 {
 		return nil, &InputError{Problems: problems}
 	}
 	return p, nil
+}
+
+// crdKinds returns the kinds, in each version, that the CustomResourceDefinitions among objs define.
+func crdKinds(objs []manifests.Object) map[schema.GroupVersionKind]bool {
+	out := map[schema.GroupVersionKind]bool{}
+	for _, o := range objs {
+		if o.GroupVersionKind() != apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition") {
+			continue
+		}
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+		for _, v := range versions {
+			if m, ok := v.(map[string]any); ok {
+				if name, ok := m["name"].(string); ok {
+					out[schema.GroupVersionKind{Group: group, Version: name, Kind: kind}] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// add decodes obj into the proposal: a policy object strictly, any other object when its kind is served or
+// proposed.
+func (p *Proposal) add(obj *unstructured.Unstructured, served func(schema.GroupVersionKind) bool, proposedKinds map[schema.GroupVersionKind]bool) error {
+	var err error
+	switch gvk := obj.GroupVersionKind(); {
+	case gvk.GroupKind() == apiextensionsv1.Kind("CustomResourceDefinition"):
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err = decodeStrict(obj, gvk, apiextensionsv1.SchemeGroupVersion, crd); err == nil {
+			p.CRDs = append(p.CRDs, crd)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy").GroupKind():
+		vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, vap); err == nil {
+			p.VAPs = append(p.VAPs, vap)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding").GroupKind():
+		b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, b); err == nil {
+			p.Bindings = append(p.Bindings, b)
+		}
+	case gvk.GroupKind() == v1alpha1.GroupVersion.WithKind("AuditPolicy").GroupKind():
+		ap := &v1alpha1.AuditPolicy{}
+		if err = decodeStrict(obj, gvk, v1alpha1.GroupVersion, ap); err == nil {
+			p.AuditPolicies = append(p.AuditPolicies, ap)
+		}
+	case served(gvk) || proposedKinds[gvk]:
+		p.Objects = append(p.Objects, obj)
+	default:
+		err = fmt.Errorf("unknown kind %s: the cluster does not serve it and no proposed CustomResourceDefinition defines it", gvk)
+	}
+	return err
 }
 
 func objectName(obj *unstructured.Unstructured) string {
