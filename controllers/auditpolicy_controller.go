@@ -48,7 +48,7 @@ type policySummaries interface {
 // registers that pair with the API server while its enforcement is Warn or Deny (and removes it otherwise),
 // promotes it when its promotion gate allows, and writes its status.
 //
-// The pair is compiled, bound and registered with the scan engine by the ValidatingAdmissionPolicy
+// The pair is compiled, bound and registered with the scanner by the ValidatingAdmissionPolicy
 // reconciler's register, under the AuditPolicy's key: params, namespaces, discovery changes and resyncs work
 // exactly as for a ValidatingAdmissionPolicy, and the registered copy is not audited a second time.
 type auditPolicyReconciler struct {
@@ -135,7 +135,7 @@ func retryOnConflict(ctx context.Context, result ctrl.Result, err error) (ctrl.R
 	return result, err
 }
 
-// audit registers ap with the scan engine and, for Warn and Deny, with the API server when the enforcement
+// audit registers ap with the scanner and, for Warn and Deny, with the API server when the enforcement
 // gate allows, and gathers what its status is made of.
 func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPolicy) (ctrl.Result, auditPolicyObservation, error) {
 	key := audit.AuditPolicyKey(ap.Name)

@@ -17,7 +17,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 )
 
-// crdReconciler keeps one compiled policy per audited CRD registered with the scan engine. A CRD is compiled
+// crdReconciler keeps one compiled policy per audited CRD registered with the scanner. A CRD is compiled
 // again only when its uid, generation or celaudit annotations change.
 //
 // Reconciles of one CRD never overlap (the work queue hands out each key to one worker at a time), so the

@@ -18,7 +18,7 @@ type gateInputs struct {
 	generation  int64
 	override    *v1alpha1.EnforcementOverride
 	// audited says that this process completed an audit of the current generation after registering it with
-	// the scan engine: a status written before (by another process, of another generation) decides nothing.
+	// the scanner: a status written before (by another process, of another generation) decides nothing.
 	audited bool
 	// safety is that audit's answer; meaningful only when audited.
 	safety results.Safety

@@ -8,7 +8,7 @@ import (
 	"github.com/celaudit/celaudit/internal/scan"
 )
 
-// policyRegistry receives compiled policies; the scan engine evaluates them on the objects they cover.
+// policyRegistry receives compiled policies; the scanner evaluates them on the objects they cover.
 type policyRegistry interface {
 	SetPolicy(p audit.Policy)
 	ReplacePolicy(p audit.Policy)
@@ -16,7 +16,7 @@ type policyRegistry interface {
 	Rescan(key audit.PolicyKey, namespace string)
 }
 
-var _ policyRegistry = &scan.Engine{}
+var _ policyRegistry = &scan.Scanner{}
 
 // EventRecorder records Events (events.k8s.io/v1) about objects: regarding is the object the Event is about,
 // related an optional second one.

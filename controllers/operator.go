@@ -73,14 +73,14 @@ type Operator struct {
 	collectors []prometheus.Collector
 }
 
-// NewOperator wires celaudit: the manager, the result store, the scan engine and every reconciler.
+// NewOperator wires celaudit: the manager, the result store, the scanner and every reconciler.
 func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg), created: time.Now(), metrics: newAuditMetrics()}
 	w.register(w.metrics.collectors()...)
 	for _, step := range []func() error{
 		w.newManager,         // the manager and its cache: policies, params, namespaces and celaudit's own reports
 		w.newStore,           // the current results, and what tells the report reconciler which namespaces changed
-		w.newScan,            // discovery, and the engine that reads audited resources and evaluates their objects
+		w.newScan,            // discovery, and the scanner that reads audited resources and evaluates their objects
 		w.setupCRDs,          // one compiled policy per audited CRD
 		w.setupVAPs,          // one bound policy per ValidatingAdmissionPolicy, its params and bindings
 		w.learnExemptions,    // who celaudit is, and what no pair it registers may deny
@@ -126,7 +126,7 @@ type wiring struct {
 	warnings   *warnings
 	discovery  *views.Discovery
 	refresher  *views.Refresher
-	scan       *scan.Engine
+	scan       *scan.Scanner
 	startup    *startupGate
 	vaps       *vapReconciler
 	audited    atomic.Bool // the first audit is done
@@ -241,7 +241,7 @@ func (w *wiring) newScan() error {
 	}
 	readErrors := &readErrorEvents{Reader: w.mgr.GetClient(), Recorder: w.events, Log: w.log.WithName("events")}
 	timed := timedClient{Client: reader, metrics: w.metrics, now: time.Now}
-	w.scan = scan.New(timed, countingSink{Sink: w.store, metrics: w.metrics}, w.log.WithName("scan"), scan.Options{
+	w.scan = scan.NewScanner(timed, countingSink{Sink: w.store, metrics: w.metrics}, w.log.WithName("scan"), scan.Options{
 		PageSize:    w.opts.PageSize,
 		Workers:     w.opts.Workers,
 		Backoff:     w.opts.ReadBackoff,
@@ -258,7 +258,7 @@ func (w *wiring) newScan() error {
 		},
 	})
 	if err := w.mgr.Add(w.scan); err != nil {
-		return fmt.Errorf("adding scan engine: %w", err)
+		return fmt.Errorf("adding the scanner: %w", err)
 	}
 	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
 	sources := []audit.PolicySource{audit.SourceCRD, audit.SourceVAP}

@@ -24,7 +24,7 @@ const (
 
 // readErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
 // forbidden LIST, an aggregated API that is down), and again when it can: an error result in a report is
-// easy to miss, `kubectl describe` on the policy is where users look. The scan engine calls it once per change
+// easy to miss, `kubectl describe` on the policy is where users look. The scanner calls it once per change
 // of the error, not per retry.
 type readErrorEvents struct {
 	// Reader reads the policy objects the events are about (the manager's cache holds them).

@@ -163,7 +163,7 @@ func TestFirstAuditCompletionWritesWaitingNamespace(t *testing.T) {
 	expectReport(t, ns, 0) // nothing published
 
 	audited.Store(true)
-	notifier.Recheck() // as the scan engine does when it settles
+	notifier.Recheck() // as the scanner does when it settles
 	expectReport(t, ns, 0, "fail x: m")
 }
 
@@ -185,6 +185,6 @@ func TestRescanEndWritesHeldNamespace(t *testing.T) {
 	expectReport(t, ns, 0) // held
 
 	rescanning.Store(false)
-	notifier.Recheck() // as the scan engine does when it settles
+	notifier.Recheck() // as the scanner does when it settles
 	expectReport(t, ns, 0, "fail x: m")
 }

@@ -43,7 +43,7 @@ const bindingPolicyField = "spec.policyName"
 // ownerReference names, so that an AuditPolicy appearing or disappearing reconciles the policies it may own.
 const controllingAuditPolicyField = "auditPolicyController"
 
-// vapReconciler keeps one audit policy per ValidatingAdmissionPolicy registered with the scan engine: the
+// vapReconciler keeps one audit policy per ValidatingAdmissionPolicy registered with the scanner: the
 // policy compiled once per uid and generation, bound to its bindings and to the served resources. A binding
 // or discovery change binds again without recompiling; a param or namespace change rescans without binding.
 //
@@ -145,7 +145,7 @@ func (r *vapReconciler) ownedByAuditPolicy(ctx context.Context, policy *admissio
 }
 
 // register compiles (when its uid, generation or celaudit annotations changed) and binds policy, whose results
-// carry key, and registers it with the scan engine; it returns the compiled policy. The AuditPolicy
+// carry key, and registers it with the scanner; it returns the compiled policy. The AuditPolicy
 // reconciler registers the pair an AuditPolicy stands for through it too, so both share params, namespaces,
 // discovery and resyncs.
 //

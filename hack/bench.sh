@@ -111,7 +111,7 @@ MD
 \`go test ./test/bench/ -run '^\$' -bench . -benchmem -count $count\` — $micro_date. One rule, one object, the same
 expression on the same object: a CRD \`x-kubernetes-validations\` rule through \`crdrules.Compile(...).Evaluate\`
 (the apiserver's schema validation and CEL validator), a ValidatingAdmissionPolicy validation through
-\`vap.Compile(...).Evaluate\` (matching, binding, validator), and bare cel-go on a \`map[string]any\` activation.
+\`vap.CompilePolicy(...).Bind(...).Evaluate\` (matching, binding, validator), and bare cel-go on a \`map[string]any\` activation.
 The fail cases also evaluate the messageExpression.
 
 MD

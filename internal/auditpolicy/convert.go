@@ -165,55 +165,6 @@ func OwnerAmong(obj metav1.Object, aps []*v1alpha1.AuditPolicy) *v1alpha1.AuditP
 	return nil
 }
 
-// FromAdmission returns the AuditPolicy named name that stands for policy and binding (the binding may be
-// nil) with enforcement e: the reverse of ToAdmission for a pair without exemptions (those of a pair celaudit
-// registered would become part of the AuditPolicy's own matchResources and matchConditions). Category, severity and description come from the
-// policy's annotations.
-func FromAdmission(name string, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
-	binding *admissionregistrationv1.ValidatingAdmissionPolicyBinding, e v1alpha1.Enforcement) *v1alpha1.AuditPolicy {
-	p := policy.DeepCopy()
-	a := audit.ParseAnnotations(p.Annotations)
-	ap := &v1alpha1.AuditPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion.String(), Kind: "AuditPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: v1alpha1.AuditPolicySpec{
-			ParamKind:          p.Spec.ParamKind,
-			MatchConstraints:   p.Spec.MatchConstraints,
-			Validations:        p.Spec.Validations,
-			FailurePolicy:      p.Spec.FailurePolicy,
-			AuditAnnotations:   p.Spec.AuditAnnotations,
-			MatchConditions:    p.Spec.MatchConditions,
-			Variables:          p.Spec.Variables,
-			Category:           a.Category,
-			Severity:           a.Severity,
-			Description:        p.Annotations[AnnotationDescription],
-			Enforcement:        e,
-			ExpandPodTemplates: a.ExpandPodTemplates,
-		},
-	}
-	if binding != nil {
-		b := binding.DeepCopy()
-		ap.Spec.ParamRef = b.Spec.ParamRef
-		ap.Spec.MatchResources = b.Spec.MatchResources
-	}
-	return ap
-}
-
-// EnforcementOf returns the enforcement a binding's validationActions stand for: Deny if they deny, Warn if
-// they warn, Audit otherwise.
-func EnforcementOf(actions []admissionregistrationv1.ValidationAction) v1alpha1.Enforcement {
-	e := v1alpha1.Audit
-	for _, a := range actions {
-		switch a {
-		case admissionregistrationv1.Deny:
-			return v1alpha1.Deny
-		case admissionregistrationv1.Warn:
-			e = v1alpha1.Warn
-		}
-	}
-	return e
-}
-
 func cloneMap(m map[string]string) map[string]string {
 	if len(m) == 0 {
 		return nil

@@ -1,6 +1,7 @@
 package auditpolicy
 
 import (
+	"maps"
 	"testing"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -91,24 +92,53 @@ func TestActions(t *testing.T) {
 		if len(got) != 1 || got[0] != tc.want {
 			t.Errorf("%q: actions %v, want [%s]", tc.enforcement, got, tc.want)
 		}
-		if e := EnforcementOf(got); e != ap.EnforcementOrDefault() {
-			t.Errorf("%q: EnforcementOf(%v) = %s", tc.enforcement, got, e)
-		}
 	}
 }
 
-func TestRoundTrip(t *testing.T) {
-	for _, e := range []v1alpha1.Enforcement{v1alpha1.Audit, v1alpha1.Warn, v1alpha1.Deny} {
-		for _, expand := range []bool{false, true} {
-			ap := fullPolicy(func(ap *v1alpha1.AuditPolicy) {
-				ap.Spec.Enforcement = e
-				ap.Spec.ExpandPodTemplates = expand
-			})
-			a := toAdmission(ap)
-			back := FromAdmission(ap.Name, a.Policy, a.Binding, EnforcementOf(a.Binding.Spec.ValidationActions))
-			if !equality.Semantic.DeepEqual(back.Spec, ap.Spec) {
-				t.Errorf("%s expand=%v: round trip changed the spec:\n got %+v\nwant %+v", e, expand, back.Spec, ap.Spec)
-			}
+// TestToAdmissionMovesEverything checks that every field of an AuditPolicy's spec reaches the pair it stands
+// for, as written (the exemptions are tested by TestExemptionsApplied): the expected pair is written out field by field.
+func TestToAdmissionMovesEverything(t *testing.T) {
+	rules := []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+		Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+		Rule:       admissionregistrationv1.Rule{APIGroups: []string{"apps"}, APIVersions: []string{"v1"}, Resources: []string{"deployments"}},
+	}}}
+	wantPolicy := admissionregistrationv1.ValidatingAdmissionPolicySpec{
+		ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+		MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: rules},
+		Validations:      []admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= int(params.data.max)", Message: "too many"}},
+		FailurePolicy:    ptr.To(admissionregistrationv1.Ignore),
+		AuditAnnotations: []admissionregistrationv1.AuditAnnotation{{Key: "k", ValueExpression: "'v'"}},
+		MatchConditions:  []admissionregistrationv1.MatchCondition{{Name: "c", Expression: "true"}},
+		Variables:        []admissionregistrationv1.Variable{{Name: "v", Expression: "1"}},
+	}
+	for _, tc := range []struct {
+		enforcement v1alpha1.Enforcement
+		expand      bool
+		actions     []admissionregistrationv1.ValidationAction
+		annotations map[string]string
+	}{
+		{v1alpha1.Audit, false, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Audit}, nil},
+		{v1alpha1.Warn, true, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Warn},
+			map[string]string{"celaudit.io/expand-pod-templates": "true"}},
+		{v1alpha1.Deny, false, []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny}, nil},
+	} {
+		a := toAdmission(fullPolicy(func(ap *v1alpha1.AuditPolicy) {
+			ap.Spec.Enforcement = tc.enforcement
+			ap.Spec.ExpandPodTemplates = tc.expand
+		}))
+		wantBinding := admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        "celaudit-replicas",
+			ParamRef:          &admissionregistrationv1.ParamRef{Name: "limits", ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)},
+			MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "a"}}},
+			ValidationActions: tc.actions,
+		}
+		wantAnnotations := map[string]string{"celaudit.io/rescan": "1", "celaudit.io/category": "Capacity", "celaudit.io/severity": "high",
+			"audit.celaudit.io/description": "Keeps replicas in bounds"}
+		maps.Copy(wantAnnotations, tc.annotations)
+		if !equality.Semantic.DeepEqual(a.Policy.Spec, wantPolicy) || !equality.Semantic.DeepEqual(a.Binding.Spec, wantBinding) ||
+			!equality.Semantic.DeepEqual(a.Policy.Annotations, wantAnnotations) {
+			t.Errorf("%s, expand %v: ToAdmission =\n%+v\n%+v\n%v\nwant\n%+v\n%+v\n%v", tc.enforcement, tc.expand,
+				a.Policy.Spec, a.Binding.Spec, a.Policy.Annotations, wantPolicy, wantBinding, wantAnnotations)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -130,38 +131,17 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	ctx := cmd.Context()
-	var objs []manifests.Object
-	if len(o.Filenames) > 0 {
-		if objs, err = (manifests.Reader{Stdin: o.streams.In}).Read(o.Filenames); err != nil {
-			return BadInput("%w", err)
-		}
-		if len(objs) == 0 {
-			return BadInput("%s: no objects", strings.Join(o.Filenames, ", "))
-		}
+	objs, err := o.readProposal()
+	if err != nil {
+		return err
 	}
 	cluster, err := connectWhatif(ctx, o.flags)
 	if err != nil {
 		return err
 	}
-	proposal, err := whatif.Decode(objs, cluster.serves)
-	if err != nil {
-		return whatifInputError(err)
-	}
-	live, err := cluster.live(ctx, proposal)
+	pairs, err := planWhatif(ctx, cluster, objs, sw)
 	if err != nil {
 		return err
-	}
-	if err := proposal.ValidateCRDs(ctx, live.CRDs); err != nil {
-		return whatifInputError(err)
-	}
-	// AuditPolicies are judged with the exemptions celaudit shows in their status, as it audits them.
-	exemptions, err := statusExemptions(live.AuditPolicies...)
-	if err != nil {
-		return err
-	}
-	pairs, err := whatif.Plan(engine.Compiler{Exemptions: exemptions}, live, proposal, sw)
-	if err != nil {
-		return whatifInputError(err)
 	}
 	list, err := o.ListVerdicts()
 	if err != nil {
@@ -177,6 +157,54 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 		}
 		return err
 	}
+	return o.print(outcome, list)
+}
+
+// readProposal reads the objects of the files given with -f; none without -f.
+func (o *whatifOptions) readProposal() ([]manifests.Object, error) {
+	if len(o.Filenames) == 0 {
+		return nil, nil
+	}
+	objs, err := (manifests.Reader{Stdin: o.streams.In}).Read(o.Filenames)
+	if err != nil {
+		return nil, BadInput("%w", err)
+	}
+	if len(objs) == 0 {
+		return nil, BadInput("%s: no objects", strings.Join(o.Filenames, ", "))
+	}
+	return objs, nil
+}
+
+// planWhatif decodes the proposal, checks its CRDs as the API server would, and pairs each policy it touches
+// as it is in the cluster and as it would be.
+func planWhatif(ctx context.Context, cluster *whatifCluster, objs []manifests.Object, sw *whatif.Switch) ([]*whatif.Pair, error) {
+	proposal, err := whatif.Decode(objs, cluster.serves)
+	if err != nil {
+		return nil, whatifInputError(err)
+	}
+	live, err := cluster.live(ctx, proposal)
+	if err != nil {
+		return nil, err
+	}
+	if err := proposal.ValidateCRDs(ctx, live.CRDs); err != nil {
+		return nil, whatifInputError(err)
+	}
+	// AuditPolicies are judged with the exemptions celaudit shows in their status, as it audits them.
+	exemptions, err := statusExemptions(live.AuditPolicies...)
+	if err != nil {
+		return nil, err
+	}
+	pairs, err := whatif.Plan(engine.Compiler{Exemptions: exemptions}, live, proposal, sw)
+	if err != nil {
+		return nil, whatifInputError(err)
+	}
+	return pairs, nil
+}
+
+// print writes the outcome as the output format asks, then its notes to standard error, and returns
+// Violations when the proposal would reject (or, with --fail-on warn, warn about) what it did not before.
+func (o *whatifOptions) print(outcome *whatif.Outcome, list []audit.Verdict) error {
+	var err error
 	if o.Output == OutputTable {
 		err = printWhatifTable(o.streams.Out, outcome)
 	} else {

@@ -52,38 +52,8 @@ const confirmedBonus = 10
 // pairs that reported, which settles the choice; without it the earlier rule is named.
 func attribute(root *ruleNode, obj interface{}, errs field.ErrorList, confirm func() map[string]bool) []Finding {
 	occs := collectOccurrences(root, obj)
-	byField := map[string][]slot{}
-	for i, o := range occs {
-		nodePath := o.path.String()
-		if o.node.initErr {
-			byField[nodePath] = append(byField[nodePath], slot{occ: i, rule: -1})
-		}
-		for j := range o.node.rules {
-			r := &o.node.rules[j]
-			byField[nodePath] = append(byField[nodePath], slot{occ: i, rule: j})
-			if r.evaluated {
-				fp := nodePath
-				if r.fieldPath != "" {
-					fp = o.path.Child(r.fieldPath).String()
-				}
-				byField[fp] = append(byField[fp], slot{occ: i, rule: j, failure: true})
-			}
-		}
-	}
-
-	cands := make([][]match, len(errs))
-	ambiguous := false
-	for i, e := range errs {
-		if isBudgetError(e) {
-			continue
-		}
-		for _, s := range byField[e.Field] {
-			if m, ok := score(occs, s, e); ok {
-				cands[i] = append(cands[i], m)
-			}
-		}
-		ambiguous = ambiguous || len(cands[i]) > 1
-	}
+	byField := slotsByField(occs)
+	cands, ambiguous := candidates(occs, byField, errs)
 	var confirmed map[string]bool
 	if ambiguous && confirm != nil {
 		confirmed = confirm()
@@ -123,6 +93,48 @@ func attribute(root *ruleNode, obj interface{}, errs field.ErrorList, confirm fu
 	return findings
 }
 
+// slotsByField lists, by the field path an error would name, what each rule run at occs can report there:
+// an initialization error or a rule's error at the rule's node, a rule's failure at its fieldPath.
+func slotsByField(occs []occurrence) map[string][]slot {
+	byField := map[string][]slot{}
+	for i, o := range occs {
+		nodePath := o.path.String()
+		if o.node.initErr {
+			byField[nodePath] = append(byField[nodePath], slot{occ: i, rule: -1})
+		}
+		for j := range o.node.rules {
+			r := &o.node.rules[j]
+			byField[nodePath] = append(byField[nodePath], slot{occ: i, rule: j})
+			if r.evaluated {
+				fp := nodePath
+				if r.fieldPath != "" {
+					fp = o.path.Child(r.fieldPath).String()
+				}
+				byField[fp] = append(byField[fp], slot{occ: i, rule: j, failure: true})
+			}
+		}
+	}
+	return byField
+}
+
+// candidates returns, for each error of errs but budget errors, the rule runs that can have printed it, and
+// whether some error has more than one.
+func candidates(occs []occurrence, byField map[string][]slot, errs field.ErrorList) (cands [][]match, ambiguous bool) {
+	cands = make([][]match, len(errs))
+	for i, e := range errs {
+		if isBudgetError(e) {
+			continue
+		}
+		for _, s := range byField[e.Field] {
+			if m, ok := score(occs, s, e); ok {
+				cands[i] = append(cands[i], m)
+			}
+		}
+		ambiguous = ambiguous || len(cands[i]) > 1
+	}
+	return cands, ambiguous
+}
+
 func isBudgetError(e *field.Error) bool {
 	return e.Type == field.ErrorTypeInvalid && e.Detail == budgetDetail
 }
@@ -159,34 +171,43 @@ func slotOrder(occs []occurrence, s slot) int {
 func score(occs []occurrence, s slot, e *field.Error) (match, bool) {
 	o := occs[s.occ]
 	nodeType := o.node.schema.Type
-	if s.rule < 0 {
+	switch {
+	case s.rule < 0:
 		if e.Type == field.ErrorTypeInvalid && strings.HasPrefix(e.Detail, initErrorPrefix) && e.BadValue == nodeType {
 			return match{slot: s, score: 3, verdict: audit.Error}, true
 		}
 		return match{}, false
+	case !s.failure:
+		return scoreRuleError(&o.node.rules[s.rule], s, e, nodeType)
 	}
-	r := &o.node.rules[s.rule]
-	if !s.failure {
-		switch {
-		case r.compileErr != "":
-			if e.Type != field.ErrorTypeInvalid || e.BadValue != nodeType || !strings.HasPrefix(e.Detail, compileErrorPrefix) {
-				return match{}, false
-			}
-			// Compile errors may name the generated type of self, which differs between compilations.
-			sc := 2
-			if stableText(e.Detail) == stableText(r.compileErr) {
-				sc = 3
-			}
-			return match{slot: s, score: sc, verdict: audit.Error}, true
-		case r.evaluated:
-			if runtimeErrorOf(r, e, nodeType) {
-				return match{slot: s, score: 3, verdict: audit.Error}, true
-			}
-		}
-		return match{}, false
-	}
+	return scoreFailure(o, s, e, nodeType)
+}
 
-	// A failure, or an error of its messageExpression, reported at the rule's fieldPath.
+// scoreRuleError tells whether e is rule r's failure to compile or to evaluate at its node.
+func scoreRuleError(r *ruleInfo, s slot, e *field.Error, nodeType string) (match, bool) {
+	switch {
+	case r.compileErr != "":
+		if e.Type != field.ErrorTypeInvalid || e.BadValue != nodeType || !strings.HasPrefix(e.Detail, compileErrorPrefix) {
+			return match{}, false
+		}
+		// Compile errors may name the generated type of self, which differs between compilations.
+		sc := 2
+		if stableText(e.Detail) == stableText(r.compileErr) {
+			sc = 3
+		}
+		return match{slot: s, score: sc, verdict: audit.Error}, true
+	case r.evaluated:
+		if runtimeErrorOf(r, e, nodeType) {
+			return match{slot: s, score: 3, verdict: audit.Error}, true
+		}
+	}
+	return match{}, false
+}
+
+// scoreFailure tells whether e is the failure of the rule run s at o, or an error of its messageExpression,
+// reported at the rule's fieldPath.
+func scoreFailure(o occurrence, s slot, e *field.Error, nodeType string) (match, bool) {
+	r := &o.node.rules[s.rule]
 	if r.hasMessageExpression {
 		quoted := fmt.Sprintf("%q", r.rule.MessageExpression)
 		switch {

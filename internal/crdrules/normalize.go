@@ -64,6 +64,22 @@ func normalizeValue(v interface{}) interface{} {
 			out[i] = normalizeValue(e)
 		}
 		return out
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i
+		}
+		if f, err := t.Float64(); err == nil {
+			return f
+		}
+		return t.String()
+	}
+	return normalizeNumber(v)
+}
+
+// normalizeNumber returns a Go number as the decoder returns it: int64 when it is whole and fits, float64
+// otherwise. Other values are returned as they are.
+func normalizeNumber(v interface{}) interface{} {
+	switch t := v.(type) {
 	case float64:
 		return normalizeFloat(t)
 	case float32:
@@ -86,17 +102,8 @@ func normalizeValue(v interface{}) interface{} {
 		return int64(t)
 	case uint64:
 		return normalizeUint(t)
-	case json.Number:
-		if i, err := t.Int64(); err == nil {
-			return i
-		}
-		if f, err := t.Float64(); err == nil {
-			return f
-		}
-		return t.String()
-	default:
-		return v
 	}
+	return v
 }
 
 // normalizeFloat turns a whole number into int64, as the decoder does for a JSON number written

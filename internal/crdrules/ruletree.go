@@ -68,8 +68,44 @@ func buildRuleTree(s *structuralschema.Structural, perCallLimit uint64) *ruleNod
 	return buildRuleNode(s, s, model.SchemaDeclType(s, true), perCallLimit, "", &order)
 }
 
-// buildRuleNode mirrors the validator() recursion of the apiserver, node for node.
+// buildRuleNode mirrors the validator() recursion of the apiserver, node for node: the rules of the node,
+// then those of its items, properties, additionalProperties and allOf branches, numbered in that order.
 func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, declType *apiservercel.DeclType, perCallLimit uint64, path string, order *int) *ruleNode {
+	n := compileNodeRules(validationSchema, nodeSchema, declType, perCallLimit, path, order)
+	var elemType *apiservercel.DeclType
+	if declType != nil {
+		elemType = declType.ElemType
+	}
+	if validationSchema.Items != nil && nodeSchema.Items != nil {
+		n.items = buildRuleNode(validationSchema.Items, nodeSchema.Items, elemType, perCallLimit, path+"[*]", order)
+	}
+	if len(validationSchema.Properties) > 0 {
+		n.properties = buildPropertyNodes(validationSchema, nodeSchema, declType, perCallLimit, path, order)
+	}
+	if validationSchema.AdditionalProperties != nil && validationSchema.AdditionalProperties.Structural != nil &&
+		nodeSchema.AdditionalProperties != nil && nodeSchema.AdditionalProperties.Structural != nil {
+		n.additionalProperties = buildRuleNode(validationSchema.AdditionalProperties.Structural, nodeSchema.AdditionalProperties.Structural,
+			elemType, perCallLimit, path+"[*]", order)
+	}
+	if validationSchema.ValueValidation != nil {
+		for i := range validationSchema.ValueValidation.AllOf {
+			branch := buildRuleNode(nestedToStructural(&validationSchema.ValueValidation.AllOf[i]), nodeSchema, declType, perCallLimit,
+				joinPath(path, fmt.Sprintf("allOf[%d]", i)), order)
+			if branch != nil {
+				n.allOf = append(n.allOf, branch)
+			}
+		}
+	}
+
+	if len(n.rules) > 0 || n.initErr || n.items != nil || n.additionalProperties != nil || len(n.properties) > 0 || len(n.allOf) > 0 {
+		return n
+	}
+	return nil
+}
+
+// compileNodeRules compiles the rules validationSchema holds for the node at path, as the validator does,
+// and returns the node with them.
+func compileNodeRules(validationSchema, nodeSchema *structuralschema.Structural, declType *apiservercel.DeclType, perCallLimit uint64, path string, order *int) *ruleNode {
 	compilationSchema := *nodeSchema
 	compilationSchema.XValidations = validationSchema.XValidations
 	compiled, err := apiextensionscel.Compile(&compilationSchema, declType, perCallLimit,
@@ -102,62 +138,41 @@ func buildRuleNode(validationSchema, nodeSchema *structuralschema.Structural, de
 		}
 		n.rules = append(n.rules, info)
 	}
+	return n
+}
 
-	var elemType *apiservercel.DeclType
-	if declType != nil {
-		elemType = declType.ElemType
-	}
-	if validationSchema.Items != nil && nodeSchema.Items != nil {
-		n.items = buildRuleNode(validationSchema.Items, nodeSchema.Items, elemType, perCallLimit, path+"[*]", order)
-	}
-	if len(validationSchema.Properties) > 0 {
-		n.properties = map[string]*ruleNode{}
-		for _, k := range sortedKeys(validationSchema.Properties) {
-			validationProperty := validationSchema.Properties[k]
-			nodeProperty, ok := nodeSchema.Properties[k]
+// buildPropertyNodes returns, by name, the nodes of the properties of validationSchema that have rules,
+// built in the order of their names as the validator walks them. A property whose CEL type cannot be derived
+// is left out, as the validator leaves it.
+func buildPropertyNodes(validationSchema, nodeSchema *structuralschema.Structural, declType *apiservercel.DeclType, perCallLimit uint64, path string, order *int) map[string]*ruleNode {
+	out := map[string]*ruleNode{}
+	for _, k := range sortedKeys(validationSchema.Properties) {
+		validationProperty := validationSchema.Properties[k]
+		nodeProperty, ok := nodeSchema.Properties[k]
+		if !ok {
+			continue
+		}
+		var fieldType *apiservercel.DeclType
+		if escapedPropName, ok := apiservercel.Escape(k); ok {
+			if declType == nil {
+				continue
+			}
+			f, ok := declType.Fields[escapedPropName]
 			if !ok {
 				continue
 			}
-			var fieldType *apiservercel.DeclType
-			if escapedPropName, ok := apiservercel.Escape(k); ok {
-				if declType == nil {
-					continue
-				}
-				f, ok := declType.Fields[escapedPropName]
-				if !ok {
-					continue
-				}
-				fieldType = f.Type
-			} else {
-				fieldType = model.SchemaDeclType(&nodeProperty, nodeProperty.XEmbeddedResource)
-				if fieldType == nil {
-					continue
-				}
-			}
-			if p := buildRuleNode(&validationProperty, &nodeProperty, fieldType, perCallLimit, joinPath(path, propertySegment(k)), order); p != nil {
-				n.properties[k] = p
+			fieldType = f.Type
+		} else {
+			fieldType = model.SchemaDeclType(&nodeProperty, nodeProperty.XEmbeddedResource)
+			if fieldType == nil {
+				continue
 			}
 		}
-	}
-	if validationSchema.AdditionalProperties != nil && validationSchema.AdditionalProperties.Structural != nil &&
-		nodeSchema.AdditionalProperties != nil && nodeSchema.AdditionalProperties.Structural != nil {
-		n.additionalProperties = buildRuleNode(validationSchema.AdditionalProperties.Structural, nodeSchema.AdditionalProperties.Structural,
-			elemType, perCallLimit, path+"[*]", order)
-	}
-	if validationSchema.ValueValidation != nil {
-		for i := range validationSchema.ValueValidation.AllOf {
-			branch := buildRuleNode(nestedToStructural(&validationSchema.ValueValidation.AllOf[i]), nodeSchema, declType, perCallLimit,
-				joinPath(path, fmt.Sprintf("allOf[%d]", i)), order)
-			if branch != nil {
-				n.allOf = append(n.allOf, branch)
-			}
+		if p := buildRuleNode(&validationProperty, &nodeProperty, fieldType, perCallLimit, joinPath(path, propertySegment(k)), order); p != nil {
+			out[k] = p
 		}
 	}
-
-	if len(n.rules) > 0 || n.initErr || n.items != nil || n.additionalProperties != nil || len(n.properties) > 0 || len(n.allOf) > 0 {
-		return n
-	}
-	return nil
+	return out
 }
 
 // initDetail is the detail the validator reports for a node whose rules could not be compiled at all with

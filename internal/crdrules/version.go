@@ -68,19 +68,9 @@ func compileVersion(crd *apiextensionsv1.CustomResourceDefinition, version strin
 		}
 	}()
 
-	val, err := apihelpers.GetSchemaForVersion(crd, version)
+	internal, structural, err := versionSchema(crd, version)
 	if err != nil {
-		vp.buildErr = fmt.Errorf("getting the schema: %w", err)
-		return vp
-	}
-	internal := &apiextensionsinternal.CustomResourceValidation{}
-	if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(val, internal, nil); err != nil {
-		vp.buildErr = fmt.Errorf("converting the schema to the internal version: %w", err)
-		return vp
-	}
-	structural, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
-	if err != nil {
-		vp.buildErr = fmt.Errorf("the schema is not structural: %w", err)
+		vp.buildErr = err
 		return vp
 	}
 	openAPIValidator, _, err := apiservervalidation.NewSchemaValidator(internal.OpenAPIV3Schema)
@@ -88,18 +78,10 @@ func compileVersion(crd *apiextensionsv1.CustomResourceDefinition, version strin
 		vp.buildErr = fmt.Errorf("building the OpenAPI validator: %w", err)
 		return vp
 	}
-	subresources, err := apihelpers.GetSubresourcesForVersion(crd, version)
+	scale, err := scaleSubresource(crd, version)
 	if err != nil {
-		vp.buildErr = fmt.Errorf("getting the subresources: %w", err)
+		vp.buildErr = err
 		return vp
-	}
-	var scale *apiextensionsinternal.CustomResourceSubresourceScale
-	if subresources != nil && subresources.Scale != nil {
-		scale = &apiextensionsinternal.CustomResourceSubresourceScale{}
-		if err := apiextensionsv1.Convert_v1_CustomResourceSubresourceScale_To_apiextensions_CustomResourceSubresourceScale(subresources.Scale, scale, nil); err != nil {
-			vp.buildErr = fmt.Errorf("converting the scale subresource: %w", err)
-			return vp
-		}
 	}
 
 	kindName := crd.Status.AcceptedNames.Kind
@@ -122,6 +104,41 @@ func compileVersion(crd *apiextensionsv1.CustomResourceDefinition, version strin
 		vp.hasTransition = vp.rules.hasTransition()
 	}
 	return vp
+}
+
+// versionSchema returns the schema of version of crd, in the internal version, and its structural form.
+func versionSchema(crd *apiextensionsv1.CustomResourceDefinition, version string) (
+	*apiextensionsinternal.CustomResourceValidation, *structuralschema.Structural, error) {
+	val, err := apihelpers.GetSchemaForVersion(crd, version)
+	if err != nil {
+		return nil, nil, fmt.Errorf("getting the schema: %w", err)
+	}
+	internal := &apiextensionsinternal.CustomResourceValidation{}
+	if err := apiextensionsv1.Convert_v1_CustomResourceValidation_To_apiextensions_CustomResourceValidation(val, internal, nil); err != nil {
+		return nil, nil, fmt.Errorf("converting the schema to the internal version: %w", err)
+	}
+	structural, err := structuralschema.NewStructural(internal.OpenAPIV3Schema)
+	if err != nil {
+		return nil, nil, fmt.Errorf("the schema is not structural: %w", err)
+	}
+	return internal, structural, nil
+}
+
+// scaleSubresource returns the scale subresource of version of crd, in the internal version; nil when it
+// has none.
+func scaleSubresource(crd *apiextensionsv1.CustomResourceDefinition, version string) (*apiextensionsinternal.CustomResourceSubresourceScale, error) {
+	subresources, err := apihelpers.GetSubresourcesForVersion(crd, version)
+	if err != nil {
+		return nil, fmt.Errorf("getting the subresources: %w", err)
+	}
+	if subresources == nil || subresources.Scale == nil {
+		return nil, nil
+	}
+	scale := &apiextensionsinternal.CustomResourceSubresourceScale{}
+	if err := apiextensionsv1.Convert_v1_CustomResourceSubresourceScale_To_apiextensions_CustomResourceSubresourceScale(subresources.Scale, scale, nil); err != nil {
+		return nil, fmt.Errorf("converting the scale subresource: %w", err)
+	}
+	return scale, nil
 }
 
 // stripValidations removes the x-kubernetes-validations of the structural spine, which is where the

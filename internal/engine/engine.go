@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -116,56 +115,4 @@ func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionRe
 		}
 	}()
 	return p.Evaluate(ctx, gvr, obj)
-}
-
-// Set is a fixed set of compiled policies, indexed by the resources they cover, for front ends that
-// evaluate objects one at a time (the operator's scan keeps its own index, which changes as policies do).
-type Set struct {
-	byGVR map[schema.GroupVersionResource][]audit.Policy // sorted by key
-}
-
-// NewSet returns the set of policies.
-func NewSet(policies ...audit.Policy) *Set {
-	s := &Set{byGVR: map[schema.GroupVersionResource][]audit.Policy{}}
-	for _, p := range policies {
-		for _, gvr := range p.Resources() {
-			s.byGVR[gvr] = append(s.byGVR[gvr], p)
-		}
-	}
-	for _, ps := range s.byGVR {
-		slices.SortFunc(ps, audit.ComparePolicies)
-	}
-	return s
-}
-
-// For returns the policies covering gvr, sorted by key. The slice is shared: do not modify it.
-func (s *Set) For(gvr schema.GroupVersionResource) []audit.Policy { return s.byGVR[gvr] }
-
-// Resources returns every resource some policy of the set covers.
-func (s *Set) Resources() []schema.GroupVersionResource {
-	out := make([]schema.GroupVersionResource, 0, len(s.byGVR))
-	for gvr := range s.byGVR {
-		out = append(out, gvr)
-	}
-	slices.SortFunc(out, func(a, b schema.GroupVersionResource) int {
-		switch as, bs := a.String(), b.String(); {
-		case as < bs:
-			return -1
-		case as > bs:
-			return 1
-		}
-		return 0
-	})
-	return out
-}
-
-// Evaluate returns the results of every policy covering gvr on obj, policy by policy in key order.
-func (s *Set) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
-	o := NewObject(gvr, obj)
-	policies := s.For(gvr)
-	out := make([]audit.Result, 0, len(policies))
-	for _, p := range policies {
-		out = append(out, o.Evaluate(ctx, p)...)
-	}
-	return out
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,27 +111,72 @@ func TestEvaluate(t *testing.T) {
 	}
 }
 
+// evaluate evaluates obj, read at gvr, with every policy of s covering it, as the front ends do.
+func evaluate(s *Set, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	o := NewObject(gvr, obj)
+	var out []audit.Result
+	for _, p := range s.For(gvr) {
+		out = append(out, o.Evaluate(context.Background(), p)...)
+	}
+	return out
+}
+
+// TestSet checks which policies a set, and the sets With and Without derive from it, give for a resource.
 func TestSet(t *testing.T) {
-	pass := func(name string) func(*unstructured.Unstructured) []audit.Result {
-		return func(obj *unstructured.Unstructured) []audit.Result {
+	deployments := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	policy := func(name string, resources ...schema.GroupVersionResource) fakePolicy {
+		return fakePolicy{name: name, resources: resources, eval: func(obj *unstructured.Unstructured) []audit.Result {
 			return []audit.Result{{Policy: name, Verdict: audit.Pass, Resource: audit.RefOf(obj)}}
-		}
+		}}
 	}
-	b := fakePolicy{name: "b", resources: []schema.GroupVersionResource{configMaps}, eval: pass("b")}
-	a := fakePolicy{name: "a", resources: []schema.GroupVersionResource{configMaps, secrets}, eval: pass("a")}
-	s := NewSet(b, a)
-	if got, want := s.Resources(), []schema.GroupVersionResource{configMaps, secrets}; !reflect.DeepEqual(got, want) {
-		t.Errorf("Resources() = %v, want %v", got, want)
+	a := policy("a", configMaps, secrets)
+	b := policy("b", configMaps)
+	base := NewSet(b, a)
+	cases := []struct {
+		name string
+		set  *Set
+		// want lists, per resource, the names of the policies covering it, in key order.
+		want map[schema.GroupVersionResource][]string
+	}{
+		{"built", base, map[schema.GroupVersionResource][]string{configMaps: {"a", "b"}, secrets: {"a"}}},
+		{"another policy", base.With(policy("c", deployments, configMaps)),
+			map[schema.GroupVersionResource][]string{configMaps: {"a", "b", "c"}, secrets: {"a"}, deployments: {"c"}}},
+		{"a policy replaced by one covering other resources", base.With(policy("a", deployments)),
+			map[schema.GroupVersionResource][]string{configMaps: {"b"}, deployments: {"a"}}},
+		{"a policy removed", base.Without(a.Key()), map[schema.GroupVersionResource][]string{configMaps: {"b"}}},
+		{"every policy removed", base.Without(a.Key()).Without(b.Key()), map[schema.GroupVersionResource][]string{}},
+		{"base unchanged by what was derived from it", base,
+			map[schema.GroupVersionResource][]string{configMaps: {"a", "b"}, secrets: {"a"}}},
+		{"two policies of one key both kept", NewSet(b, policy("b", secrets)),
+			map[schema.GroupVersionResource][]string{configMaps: {"b"}, secrets: {"b"}}},
 	}
-	var names []string
-	for _, r := range s.Evaluate(context.Background(), configMaps, object("ConfigMap", nil)) {
-		names = append(names, r.Policy)
-	}
-	if want := []string{"a", "b"}; !reflect.DeepEqual(names, want) {
-		t.Errorf("policies evaluated on a ConfigMap: %v, want %v (in key order)", names, want)
-	}
-	if got := s.For(schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}); len(got) != 0 {
-		t.Errorf("For(deployments) = %v, want none", got)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var resources []schema.GroupVersionResource
+			for _, gvr := range []schema.GroupVersionResource{configMaps, secrets, deployments} { // sorted: the core group first
+				if _, ok := c.want[gvr]; ok {
+					resources = append(resources, gvr)
+				}
+			}
+			if got := c.set.Resources(); !reflect.DeepEqual(got, resources) {
+				t.Errorf("Resources() = %v, want %v", got, resources)
+			}
+			for _, gvr := range []schema.GroupVersionResource{deployments, configMaps, secrets} {
+				var names []string
+				for _, r := range evaluate(c.set, gvr, object("ConfigMap", nil)) {
+					names = append(names, r.Policy)
+				}
+				if !reflect.DeepEqual(names, c.want[gvr]) {
+					t.Errorf("policies evaluated at %s: %v, want %v", gvr.Resource, names, c.want[gvr])
+				}
+				for _, name := range []string{"a", "b", "c"} {
+					want := slices.Contains(c.want[gvr], name)
+					if got := c.set.Covers(audit.VAPKey(name), gvr); got != want {
+						t.Errorf("Covers(%s, %s) = %v, want %v", name, gvr.Resource, got, want)
+					}
+				}
+			}
+		})
 	}
 }
 

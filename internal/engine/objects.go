@@ -9,7 +9,6 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
@@ -111,16 +110,4 @@ func fromUnstructured(obj *unstructured.Unstructured, into runtime.Object) error
 		return fmt.Errorf("%s %q: %w", obj.GetKind(), obj.GetName(), err)
 	}
 	return nil
-}
-
-// ResourceOf returns the resource that serves obj's kind in its version, as views.Resources knows it.
-func ResourceOf(obj *unstructured.Unstructured, views Views) (schema.GroupVersionResource, error) {
-	if views.Resources == nil {
-		return schema.GroupVersionResource{}, fmt.Errorf("no served resources to map %s to", obj.GroupVersionKind())
-	}
-	res, err := views.Resources.ResourceForKind(obj.GroupVersionKind())
-	if err != nil {
-		return schema.GroupVersionResource{}, fmt.Errorf("%s %q: %w", obj.GetKind(), obj.GetName(), err)
-	}
-	return res.Resource, nil
 }

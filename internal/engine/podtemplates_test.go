@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -53,7 +52,7 @@ func TestCompileExpandsPodTemplates(t *testing.T) {
 				t.Errorf("Resources() = %v, want %v", got, c.resources)
 			}
 			var verdicts []audit.Verdict
-			for _, r := range set.Evaluate(context.Background(), deployments, deployment) {
+			for _, r := range evaluate(set, deployments, deployment) {
 				verdicts = append(verdicts, r.Verdict)
 				if r.Resource != audit.RefOf(deployment) || r.Properties[audit.PropPodTemplate] != "true" {
 					t.Errorf("result %+v: want it on the Deployment, with podTemplate true", r)
@@ -137,7 +136,7 @@ func TestCompileAuditPolicyExpandsPodTemplates(t *testing.T) {
 				t.Fatalf("compiled %d policies, key %v", len(policies), policies[0].Key())
 			}
 			var verdicts []audit.Verdict
-			for _, r := range NewSet(policies...).Evaluate(context.Background(), deployments, deployment) {
+			for _, r := range evaluate(NewSet(policies...), deployments, deployment) {
 				verdicts = append(verdicts, r.Verdict)
 				if r.Policy != "no-latest" || r.Message != "no latest" || r.Properties[audit.PropPodTemplate] != "true" {
 					t.Errorf("result %+v: want policy no-latest, message \"no latest\", podTemplate true", r)

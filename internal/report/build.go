@@ -178,7 +178,33 @@ type CountedPasses map[string]map[types.UID]int
 func BuildCounted(results []audit.Result, passes CountedPasses, previous map[string]metav1.Timestamp, now time.Time, opts Options) Reports {
 	s := opts.settings()
 	nowTS := metav1.Timestamp{Seconds: now.Unix()}
+	sorted := dedupe(sortedEntries(results, passes))
+	for _, e := range sorted {
+		if !s.list[e.verdict] || e.counted {
+			continue
+		}
+		e.listed = true
+		e.out = publish(e, previous, nowTS, s.maxMessageBytes)
+		if s.maxReportBytes > 0 {
+			e.size = jsonSize(&e.out)
+		}
+	}
+	var out Reports
+	for start := 0; start < len(sorted); {
+		ns := sorted[start].res.Resource.Namespace
+		end := start + 1
+		for end < len(sorted) && sorted[end].res.Resource.Namespace == ns {
+			end++
+		}
+		out.add(ns, chunk(sorted[start:end], s, opts.Chunks[ns]), opts)
+		start = end
+	}
+	return out
+}
 
+// sortedEntries returns an entry for each result and for each object's counted passes, in the order of
+// compareEntries.
+func sortedEntries(results []audit.Result, passes CountedPasses) []*entry {
 	counted := make([]audit.Result, 0, len(passes))
 	counts := make([]int, 0, len(passes))
 	for ns, byUID := range passes {
@@ -209,51 +235,34 @@ func BuildCounted(results []audit.Result, passes CountedPasses, previous map[str
 		sorted[i] = e
 	}
 	slices.SortFunc(sorted, compareEntries)
-	sorted = dedupe(sorted)
+	return sorted
+}
 
-	for _, e := range sorted {
-		if !s.list[e.verdict] || e.counted {
+// add appends the reports of namespace ns ("" for the cluster-scoped objects), one per chunk that holds
+// something, named as opts asks.
+func (out *Reports) add(ns string, chunks []reportChunk, opts Options) {
+	for i, c := range chunks {
+		if len(c) == 0 {
 			continue
 		}
-		e.listed = true
-		e.out = publish(e, previous, nowTS, s.maxMessageBytes)
-		if s.maxReportBytes > 0 {
-			e.size = jsonSize(&e.out)
+		summary, listed := c.contents()
+		name := FreeChunkName(i, opts.Taken[ns])
+		if ns == "" {
+			out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
+				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedLabels()},
+				Summary:    summary,
+				Results:    listed,
+			})
+		} else {
+			out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
+				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels()},
+				Summary:    summary,
+				Results:    listed,
+			})
 		}
 	}
-
-	var out Reports
-	for start := 0; start < len(sorted); {
-		ns := sorted[start].res.Resource.Namespace
-		end := start + 1
-		for end < len(sorted) && sorted[end].res.Resource.Namespace == ns {
-			end++
-		}
-		for i, c := range chunk(sorted[start:end], s, opts.Chunks[ns]) {
-			if len(c) == 0 {
-				continue
-			}
-			summary, listed := c.contents()
-			name := FreeChunkName(i, opts.Taken[ns])
-			if ns == "" {
-				out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
-					TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
-					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedLabels()},
-					Summary:    summary,
-					Results:    listed,
-				})
-			} else {
-				out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
-					TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
-					ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels()},
-					Summary:    summary,
-					Results:    listed,
-				})
-			}
-		}
-		start = end
-	}
-	return out
 }
 
 // compareEntries is the total order of published results: by object (namespace, name, kind, apiVersion,

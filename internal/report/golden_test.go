@@ -157,7 +157,7 @@ func (n goldenNamespaces) Get(name string) (*corev1.Namespace, error) {
 	return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
 }
 
-// goldenResults compiles the rule sources and evaluates them on a few stored objects, as the scan engine
+// goldenResults compiles the rule sources and evaluates them on a few stored objects, as the scanner
 // does, and returns every result.
 func goldenResults(t *testing.T) []audit.Result {
 	t.Helper()
@@ -208,8 +208,8 @@ func goldenResults(t *testing.T) []audit.Result {
 	deps := vap.Deps{Namespaces: namespaces, Resolver: resolver}
 	policies := []audit.Policy{
 		crdrules.Compile(crd, crdrules.Options{}),
-		vap.Compile(replicaPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{replicaBinding}, deps, vap.Options{}),
-		vap.Compile(teamPolicy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{teamBinding}, deps, vap.Options{}),
+		vap.CompilePolicy(replicaPolicy, vap.Options{}).Bind([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{replicaBinding}, deps),
+		vap.CompilePolicy(teamPolicy, vap.Options{}).Bind([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{teamBinding}, deps),
 	}
 	var results []audit.Result
 	for _, obj := range objects {

@@ -70,11 +70,14 @@ func evaluateFile(t *testing.T, path string) []audit.Result {
 		if engine.IsPolicyObject(o) || o.GetKind() == "Namespace" || o.GetKind() == "ConfigMap" {
 			continue
 		}
-		gvr, err := engine.ResourceOf(o, v)
+		res, err := v.Resources.ResourceForKind(o.GroupVersionKind())
 		if err != nil {
 			t.Fatal(err)
 		}
-		results = append(results, set.Evaluate(context.Background(), gvr, o)...)
+		obj := engine.NewObject(res.Resource, o)
+		for _, p := range set.For(res.Resource) {
+			results = append(results, obj.Evaluate(context.Background(), p)...)
+		}
 	}
 	return results
 }

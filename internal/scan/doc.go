@@ -1,4 +1,5 @@
-// Package scan reads the audited objects from the API server and feeds them to the compiled policies.
+// Package scan is the scanner: it reads the audited objects from the API server and feeds them to the compiled
+// policies (evaluating them through package engine, the one evaluation path every front end shares).
 //
 // Each audited resource has one watcher: a paginated LIST evaluated page by page, then a WATCH with bookmarks
 // from the list's resourceVersion. Objects are evaluated as they arrive and dropped; a watcher keeps only a

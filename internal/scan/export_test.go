@@ -10,10 +10,10 @@ import (
 )
 
 // PagesHeld returns the page tokens e holds: LIST pages being read or evaluated.
-func PagesHeld(e *Engine) int { return len(e.pages) }
+func PagesHeld(e *Scanner) int { return len(e.pages) }
 
 // SetSleep replaces the wait between retries of e; call it before Start.
-func SetSleep(e *Engine, sleep func(ctx context.Context, d time.Duration)) { e.sleep = sleep }
+func SetSleep(e *Scanner, sleep func(ctx context.Context, d time.Duration)) { e.sleep = sleep }
 
 // ResourceResult is the result of a policy about a resource as a whole: one that cannot be read, or is
 // withheld.

@@ -77,11 +77,11 @@ func newScanClient(t *testing.T) scan.Client {
 	return c
 }
 
-// runEngine starts an engine with policy p and returns it with a function that stops it and waits for it.
-func runEngine(t *testing.T, client scan.Client, p audit.Policy, opts scan.Options) (*scan.Engine, func()) {
+// runScanner starts an scanner with policy p and returns it with a function that stops it and waits for it.
+func runScanner(t *testing.T, client scan.Client, p audit.Policy, opts scan.Options) (*scan.Scanner, func()) {
 	t.Helper()
 	opts.Released = true
-	e := scan.New(client, results.NewStore(nil), logr.Discard(), opts)
+	e := scan.NewScanner(client, results.NewStore(nil), logr.Discard(), opts)
 	e.SetPolicy(p)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -112,7 +112,7 @@ func TestListRequestsNextPageWhileEvaluating(t *testing.T) {
 	client := &countingClient{Client: newScanClient(t)}
 	p := &gatePolicy{waited: make(chan struct{})}
 	p.ready = func() bool { return client.lists.Load() >= 2 }
-	e, _ := runEngine(t, client, p, scan.Options{PageSize: 2, Workers: 1})
+	e, _ := runScanner(t, client, p, scan.Options{PageSize: 2, Workers: 1})
 	select {
 	case <-p.waited:
 	case <-time.After(30 * time.Second):
@@ -139,7 +139,7 @@ func TestListReturnsPageTokens(t *testing.T) {
 		return nil
 	}
 	p := &keyPolicy{name: "tokens", key: "k"}
-	e, _ := runEngine(t, client, p, scan.Options{PageSize: 2, PagesInFlight: 2, Backoff: 10 * time.Millisecond})
+	e, _ := runScanner(t, client, p, scan.Options{PageSize: 2, PagesInFlight: 2, Backoff: 10 * time.Millisecond})
 	waitSynced(t, e)
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		if held := scan.PagesHeld(e); held != 0 {
@@ -155,7 +155,7 @@ func TestListReturnsPageTokens(t *testing.T) {
 	blocked := &gatePolicy{waited: make(chan struct{})}
 	var stopping atomic.Bool
 	blocked.ready = stopping.Load
-	e2, stop := runEngine(t, &countingClient{Client: newScanClient(t)}, blocked, scan.Options{PageSize: 2, PagesInFlight: 2})
+	e2, stop := runScanner(t, &countingClient{Client: newScanClient(t)}, blocked, scan.Options{PageSize: 2, PagesInFlight: 2})
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		if blocked.calls.Load() == 0 {
 			return fmt.Errorf("not evaluating yet")
@@ -171,9 +171,9 @@ func TestListReturnsPageTokens(t *testing.T) {
 	select {
 	case <-stopped:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the engine did not stop")
+		t.Fatal("the scanner did not stop")
 	}
 	if held := scan.PagesHeld(e2); held != 0 {
-		t.Fatalf("%d page tokens held after the engine stopped", held)
+		t.Fatalf("%d page tokens held after the scanner stopped", held)
 	}
 }

@@ -63,7 +63,7 @@ func TestReadErrorResultComplete(t *testing.T) {
 		verdict: audit.Error, message: "cannot read example.com/v1/widgets: forbidden",
 	}, {
 		name:         "ValidatingAdmissionPolicy, kind unknown",
-		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
+		policy:       vap.CompilePolicy(policy, vap.Options{}).Bind(nil, vap.Deps{Resolver: resolver}),
 		gvr:          configMaps,
 		wantRule:     "read (v1/configmaps)",
 		wantCategory: vap.DefaultCategory, wantSeverity: audit.SeverityHigh,
@@ -79,7 +79,7 @@ func TestReadErrorResultComplete(t *testing.T) {
 		verdict:      audit.Error, message: "cannot read v1/configmaps: forbidden",
 	}, {
 		name:         "withheld Secrets, ValidatingAdmissionPolicy",
-		policy:       vap.Compile(policy, nil, vap.Deps{Resolver: resolver}, vap.Options{}),
+		policy:       vap.CompilePolicy(policy, vap.Options{}).Bind(nil, vap.Deps{Resolver: resolver}),
 		gvr:          schema.GroupVersionResource{Version: "v1", Resource: "secrets"},
 		kind:         "Secret",
 		wantRule:     "read (v1/secrets)",

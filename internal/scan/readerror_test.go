@@ -23,8 +23,8 @@ import (
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
-// startEngineWith starts an engine that logs to log and waits between retries with sleep (nil: the real wait).
-func startEngineWith(t *testing.T, cfg *rest.Config, opts scan.Options, log logr.Logger, sleep func(context.Context, time.Duration)) (*scan.Engine, *results.Store) {
+// startScannerWith starts an scanner that logs to log and waits between retries with sleep (nil: the real wait).
+func startScannerWith(t *testing.T, cfg *rest.Config, opts scan.Options, log logr.Logger, sleep func(context.Context, time.Duration)) (*scan.Scanner, *results.Store) {
 	t.Helper()
 	// Whole passes, so that results name their objects.
 	store := results.NewStore(nil, results.KeepPasses(true))
@@ -33,26 +33,26 @@ func startEngineWith(t *testing.T, cfg *rest.Config, opts scan.Options, log logr
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine := scan.New(client, store, log, opts)
+	scanner := scan.NewScanner(client, store, log, opts)
 	if sleep != nil {
-		scan.SetSleep(engine, sleep)
+		scan.SetSleep(scanner, sleep)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = engine.Start(ctx)
+		_ = scanner.Start(ctx)
 	}()
 	t.Cleanup(func() {
 		cancel()
 		<-done
 	})
-	return engine, store
+	return scanner, store
 }
 
-// TestEngineBacksOffUnreadableResource reads a resource the engine may not list: each retry waits twice as long
+// TestScannerBacksOffUnreadableResource reads a resource the scanner may not list: each retry waits twice as long
 // as the one before, up to MaxBackoff, so the LISTs of a resource that stays unreadable grow logarithmically.
-func TestEngineBacksOffUnreadableResource(t *testing.T) {
+func TestScannerBacksOffUnreadableResource(t *testing.T) {
 	user, err := env.AddUser(envtest.User{Name: "backoff-no-rights"}, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -72,9 +72,9 @@ func TestEngineBacksOffUnreadableResource(t *testing.T) {
 		}
 	}
 	counter := &envtestutil.RequestCounter{}
-	engine, _ := startEngineWith(t, counter.Wrap(user.Config()),
+	scanner, _ := startScannerWith(t, counter.Wrap(user.Config()),
 		scan.Options{Backoff: 100 * time.Millisecond, MaxBackoff: time.Second}, logr.Discard(), record)
-	engine.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
+	scanner.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
 	envtestutil.Eventually(t, 20*time.Second, func() error {
 		mu.Lock()
 		defer mu.Unlock()
@@ -96,9 +96,9 @@ func TestEngineBacksOffUnreadableResource(t *testing.T) {
 	}
 }
 
-// TestEngineKeepsReadErrorCurrent changes the cause of a failing LIST: the error result, the log and the
+// TestScannerKeepsReadErrorCurrent changes the cause of a failing LIST: the error result, the log and the
 // callback follow each change once, not each retry, and everything clears when the resource can be read.
-func TestEngineKeepsReadErrorCurrent(t *testing.T) {
+func TestScannerKeepsReadErrorCurrent(t *testing.T) {
 	createNamespace(t, "read-error")
 	createConfigMap(t, "read-error", "cm", map[string]string{"bad": "true"})
 	ft := &envtestutil.ListFailures{Resource: "configmaps"}
@@ -125,8 +125,8 @@ func TestEngineKeepsReadErrorCurrent(t *testing.T) {
 		}
 		callbacks = append(callbacks, fmt.Sprintf("%s %v %s", gvr.Resource, policies, msg))
 	}
-	engine, store := startEngineWith(t, cfg, opts, log, nil)
-	engine.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
+	scanner, store := startScannerWith(t, cfg, opts, log, nil)
+	scanner.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
 
 	errorResult := func(want string) func() error {
 		return func() error {
@@ -224,34 +224,34 @@ func (p *namespacedPolicy) count(key string) int {
 	return p.calls[key]
 }
 
-// TestEngineRescanOfOneNamespace rescans a policy within one namespace, as a namespace relabel does: the
+// TestScannerRescanOfOneNamespace rescans a policy within one namespace, as a namespace relabel does: the
 // objects in the namespace and that Namespace itself are evaluated again; nothing lists a cluster-scoped
 // resource under the namespace, and other cluster-scoped objects are left alone.
-func TestEngineRescanOfOneNamespace(t *testing.T) {
+func TestScannerRescanOfOneNamespace(t *testing.T) {
 	createNamespace(t, "rescan-one")
 	createConfigMap(t, "rescan-one", "cm", nil)
 	counter := &envtestutil.RequestCounter{}
 	scope := map[schema.GroupVersionResource]bool{configMaps: true, clusterRolesGVR: false}
-	engine, _ := startEngine(t, counter.Wrap(env.Config), scan.Options{
+	scanner, _ := startScanner(t, counter.Wrap(env.Config), scan.Options{
 		Namespaced: func(gvr schema.GroupVersionResource) (bool, bool) { n, ok := scope[gvr]; return n, ok },
 	})
 	p := &namespacedPolicy{calls: map[string]int{}}
-	engine.SetPolicy(p)
-	waitSynced(t, engine)
+	scanner.SetPolicy(p)
+	waitSynced(t, scanner)
 	nsKey, cmKey := "namespaces /rescan-one", "configmaps rescan-one/cm"
 	if p.count(nsKey) != 1 || p.count(cmKey) != 1 {
 		t.Fatalf("first read: evaluations %v", p.calls)
 	}
 	roleLists := counter.Get("list", "clusterroles")
 
-	engine.Rescan(p.Key(), "rescan-one")
+	scanner.Rescan(p.Key(), "rescan-one")
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		if p.count(nsKey) != 2 || p.count(cmKey) != 2 {
 			return fmt.Errorf("namespace evaluated %d times, config map %d times, want 2 each", p.count(nsKey), p.count(cmKey))
 		}
 		return nil
 	})
-	waitSynced(t, engine)
+	waitSynced(t, scanner)
 	if n := counter.GetIn("list", "namespaces", "rescan-one"); n != 0 {
 		t.Errorf("%d LISTs of namespaces within namespace rescan-one", n)
 	}

@@ -39,9 +39,9 @@ func (quotingPolicy) Evaluate(_ context.Context, _ schema.GroupVersionResource, 
 	}}
 }
 
-// The engine redacts every result of a Secret of the Secret's values, whatever the policy did; other kinds
+// The scanner redacts every result of a Secret of the Secret's values, whatever the policy did; other kinds
 // are left as the policy made them.
-func TestEngineRedactsSecrets(t *testing.T) {
+func TestScannerRedactsSecrets(t *testing.T) {
 	const (
 		ns       = "redact"
 		password = "S3cr3t-P4ssw0rd-1234"
@@ -56,9 +56,9 @@ func TestEngineRedactsSecrets(t *testing.T) {
 	// The same content, in a kind whose data is not secret.
 	createConfigMap(t, ns, "c", map[string]string{"password": encoded})
 
-	engine, store := startEngine(t, env.Config, scan.Options{})
-	engine.SetPolicy(quotingPolicy{})
-	waitSynced(t, engine)
+	scanner, store := startScanner(t, env.Config, scan.Options{})
+	scanner.SetPolicy(quotingPolicy{})
+	waitSynced(t, scanner)
 	want := map[string]audit.Result{
 		"Secret": {Message: "stored [redacted], decoded [redacted]", Properties: map[string]string{"quoted": "[redacted]"}},
 		"ConfigMap": {

@@ -60,7 +60,7 @@ func (secretsPolicy) Evaluate(context.Context, schema.GroupVersionResource, *uns
 	return nil
 }
 
-// settlings records the calls of Options.OnSettled, and whether the engine was synced at each.
+// settlings records the calls of Options.OnSettled, and whether the scanner was synced at each.
 type settlings struct {
 	mu     sync.Mutex
 	synced []bool
@@ -73,7 +73,7 @@ func (s *settlings) calls() []bool {
 }
 
 // waitCalls waits until OnSettled has been called more than n times, and fails the test if a call found the
-// engine not synced.
+// scanner not synced.
 func (s *settlings) waitCalls(t *testing.T, n int) {
 	t.Helper()
 	envtestutil.Eventually(t, 10*time.Second, func() error {
@@ -83,13 +83,13 @@ func (s *settlings) waitCalls(t *testing.T, n int) {
 		return nil
 	})
 	if got := s.calls(); slices.Contains(got, false) {
-		t.Fatalf("OnSettled called while the engine was not synced: %v", got)
+		t.Fatalf("OnSettled called while the scanner was not synced: %v", got)
 	}
 }
 
 // wait waits until the armed LIST is held, and returns how often OnSettled was called before: it cannot be
 // called while that read is under way.
-func (h *heldList) wait(t *testing.T, e *scan.Engine, s *settlings) int {
+func (h *heldList) wait(t *testing.T, e *scan.Scanner, s *settlings) int {
 	t.Helper()
 	select {
 	case <-h.held:
@@ -97,15 +97,15 @@ func (h *heldList) wait(t *testing.T, e *scan.Engine, s *settlings) int {
 		t.Fatal("no LIST of config maps")
 	}
 	if e.Synced() {
-		t.Fatal("the engine is synced while a read is under way")
+		t.Fatal("the scanner is synced while a read is under way")
 	}
 	return len(s.calls())
 }
 
-// The engine says when it goes from busy to synced: a read ends, or the watcher of a read under way stops,
-// and no watcher is busy any more; never while a read is under way. OnSettled is called without the engine's
-// locks held: it asks the engine whether it is synced.
-func TestEngineTellsWhenItSettles(t *testing.T) {
+// The scanner says when it goes from busy to synced: a read ends, or the watcher of a read under way stops,
+// and no watcher is busy any more; never while a read is under way. OnSettled is called without the scanner's
+// locks held: it asks the scanner whether it is synced.
+func TestScannerTellsWhenItSettles(t *testing.T) {
 	createNamespace(t, "settles")
 	createConfigMap(t, "settles", "cm", map[string]string{"bad": "true"})
 	hold := &heldList{held: make(chan struct{}, 1), release: make(chan struct{}, 1), secretsWatched: make(chan struct{}, 1)}
@@ -113,55 +113,55 @@ func TestEngineTellsWhenItSettles(t *testing.T) {
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { hold.rt = rt; return hold })
 	var (
 		settled settlings
-		engine  *scan.Engine
+		scanner *scan.Scanner
 		ready   = make(chan struct{})
 	)
 	onSettled := func() {
 		<-ready
 		synced := make(chan bool, 1)
-		go func() { synced <- engine.Synced() }()
+		go func() { synced <- scanner.Synced() }()
 		select {
 		case s := <-synced:
 			settled.mu.Lock()
 			settled.synced = append(settled.synced, s)
 			settled.mu.Unlock()
 		case <-time.After(5 * time.Second):
-			t.Error("Synced blocked when called from OnSettled: it is called under the engine's lock")
+			t.Error("Synced blocked when called from OnSettled: it is called under the scanner's lock")
 		}
 	}
-	engine, _ = startEngine(t, &cfg, scan.Options{OnSettled: onSettled})
+	scanner, _ = startScanner(t, &cfg, scan.Options{OnSettled: onSettled})
 	close(ready)
 	p := &keyPolicy{name: "bad", key: "bad"}
 
 	// The first read, of two resources: the read of secrets ends while that of config maps is under way.
 	hold.armed.Store(true)
-	engine.SetPolicy(p)
-	if n := hold.wait(t, engine, &settled); n != 0 {
+	scanner.SetPolicy(p)
+	if n := hold.wait(t, scanner, &settled); n != 0 {
 		t.Fatalf("OnSettled called %d times before any read ended", n)
 	}
-	engine.SetPolicy(secretsPolicy{})
+	scanner.SetPolicy(secretsPolicy{})
 	select {
 	case <-hold.secretsWatched:
 	case <-time.After(10 * time.Second):
 		t.Fatal("secrets are not watched: their read has not ended")
 	}
-	if got := settled.calls(); len(got) != 0 || engine.Synced() {
-		t.Fatalf("while the read of config maps is under way: synced %v, OnSettled called %d times", engine.Synced(), len(got))
+	if got := settled.calls(); len(got) != 0 || scanner.Synced() {
+		t.Fatalf("while the read of config maps is under way: synced %v, OnSettled called %d times", scanner.Synced(), len(got))
 	}
 	hold.release <- struct{}{}
 	settled.waitCalls(t, 0)
 
 	// A rescan: it ends the same way.
 	hold.armed.Store(true)
-	engine.Rescan(p.Key(), "")
-	n := hold.wait(t, engine, &settled)
+	scanner.Rescan(p.Key(), "")
+	n := hold.wait(t, scanner, &settled)
 	hold.release <- struct{}{}
 	settled.waitCalls(t, n)
 
 	// The policy goes while a rescan is under way: its watcher stops, and nothing else is busy.
 	hold.armed.Store(true)
-	engine.Rescan(p.Key(), "")
-	n = hold.wait(t, engine, &settled)
-	engine.RemovePolicy(p.Key())
+	scanner.Rescan(p.Key(), "")
+	n = hold.wait(t, scanner, &settled)
+	scanner.RemovePolicy(p.Key())
 	settled.waitCalls(t, n)
 }

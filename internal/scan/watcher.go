@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -62,9 +63,9 @@ func (d digest) newerThan(old digest) bool {
 // watcher reads one resource. Only its run goroutine touches digests, nsNames, nsIndex and lastRV, and the
 // workers of evaluatePage, which it waits for, under their lock.
 type watcher struct {
-	engine *Engine
-	gvr    schema.GroupVersionResource
-	cancel context.CancelFunc // guarded by engine.mu
+	scanner *Scanner
+	gvr     schema.GroupVersionResource
+	cancel  context.CancelFunc // guarded by scanner.mu
 
 	mu      sync.Mutex
 	pending map[audit.PolicyKey]map[string]bool // policy -> namespaces to rescan ("" = all)
@@ -84,9 +85,9 @@ type watcher struct {
 	watchError string
 }
 
-func newWatcher(e *Engine, gvr schema.GroupVersionResource) *watcher {
+func newWatcher(s *Scanner, gvr schema.GroupVersionResource) *watcher {
 	return &watcher{
-		engine:  e,
+		scanner: s,
 		gvr:     gvr,
 		pending: map[audit.PolicyKey]map[string]bool{},
 		wake:    make(chan struct{}, 1),
@@ -139,8 +140,8 @@ func (w *watcher) takePending() (all policySet, byNS map[string]policySet) {
 	return all, byNS
 }
 
-// done marks the watcher no longer busy, its resource read when listed is set, and tells the engine, which
-// may now be synced, unless the watcher is stopping (see Engine.startLocked).
+// done marks the watcher no longer busy, its resource read when listed is set, and tells the scanner, which
+// may now be synced, unless the watcher is stopping (see Scanner.startLocked).
 func (w *watcher) done(ctx context.Context, listed bool) {
 	w.mu.Lock()
 	w.busy = false
@@ -149,55 +150,31 @@ func (w *watcher) done(ctx context.Context, listed bool) {
 	}
 	w.mu.Unlock()
 	if ctx.Err() == nil {
-		w.engine.settled()
+		w.scanner.settled()
 	}
 }
 
 func (w *watcher) run(ctx context.Context) {
-	log := w.engine.log.WithValues("resource", w.gvr.String())
+	log := w.scanner.log.WithValues("resource", w.gvr.String())
 	select {
-	case <-w.engine.released:
+	case <-w.scanner.released:
 	case <-ctx.Done():
 		return
 	}
 	needList := true
 	failures := 0 // failed reads in a row, which set the backoff
 	for ctx.Err() == nil {
-		all, byNS := w.takePending()
-		var err error
-		switch {
-		case needList || len(all) > 0:
-			// A full list covers every pending rescan: scoped ones are a subset of it.
-			for _, nss := range byNS {
-				for p := range nss {
-					all[p] = true
-				}
-			}
-			err = w.list(ctx, "", all)
-			if err == nil {
-				needList = false
-			}
-		default:
-			for ns, policies := range byNS {
-				if err = w.list(ctx, ns, policies); err != nil {
-					break
-				}
-			}
-		}
-		if err != nil {
-			w.requeue(all, byNS)
-			w.done(ctx, false)
+		if err := w.read(ctx, needList); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			failures++
-			wait := w.engine.backoff(failures)
+			wait := w.scanner.backoff(failures)
 			log.V(1).Info("Reading the resource failed, retrying", "err", err.Error(), "after", wait)
-			w.engine.sleep(ctx, wait)
+			w.scanner.sleep(ctx, wait)
 			continue
 		}
-		failures = 0
-		w.done(ctx, true)
+		needList, failures = false, 0
 		expired, err := w.watch(ctx)
 		switch {
 		case expired:
@@ -205,28 +182,64 @@ func (w *watcher) run(ctx context.Context) {
 			needList = true
 		case err != nil && ctx.Err() == nil:
 			failures++
-			wait := w.engine.backoff(failures)
-			if msg := err.Error(); msg != w.watchError {
-				w.watchError = msg
-				log.Info("Watching the resource failed, retrying with backoff", "err", msg, "after", wait)
-			} else {
-				log.V(1).Info("Watching the resource failed, retrying", "err", msg, "after", wait)
-			}
-			w.engine.sleep(ctx, wait)
+			w.watchFailed(ctx, log, err, failures)
 		default:
 			w.watchError = ""
 		}
 	}
 }
 
+// read does the pending rescans: a full list when one is needed or asked for, which covers the rescans
+// scoped to a namespace too, or else a list of each namespace a rescan is scoped to. The rescans of a read
+// that fails are put back, to be done when it is retried.
+func (w *watcher) read(ctx context.Context, needList bool) error {
+	all, byNS := w.takePending()
+	var err error
+	if needList || len(all) > 0 {
+		// A full list covers every pending rescan: scoped ones are a subset of it.
+		for _, nss := range byNS {
+			for p := range nss {
+				all[p] = true
+			}
+		}
+		err = w.list(ctx, "", all)
+	} else {
+		for ns, policies := range byNS {
+			if err = w.list(ctx, ns, policies); err != nil {
+				break
+			}
+		}
+	}
+	if err != nil {
+		w.requeue(all, byNS)
+		w.done(ctx, false)
+		return err
+	}
+	w.done(ctx, true)
+	return nil
+}
+
+// watchFailed logs a failed watch, at V(1) when it failed as the last one did, and waits the backoff of the
+// given number of failed reads in a row.
+func (w *watcher) watchFailed(ctx context.Context, log logr.Logger, err error, failures int) {
+	wait := w.scanner.backoff(failures)
+	if msg := err.Error(); msg != w.watchError {
+		w.watchError = msg
+		log.Info("Watching the resource failed, retrying with backoff", "err", msg, "after", wait)
+	} else {
+		log.V(1).Info("Watching the resource failed, retrying", "err", msg, "after", wait)
+	}
+	w.scanner.sleep(ctx, wait)
+}
+
 // backoff is the wait after the given number of failed reads in a row: Options.Backoff doubled for each
 // failure after the first, at most Options.MaxBackoff.
-func (e *Engine) backoff(failures int) time.Duration {
-	d := e.opts.Backoff
-	for i := 1; i < failures && d < e.opts.MaxBackoff; i++ {
+func (s *Scanner) backoff(failures int) time.Duration {
+	d := s.opts.Backoff
+	for i := 1; i < failures && d < s.opts.MaxBackoff; i++ {
 		d *= 2
 	}
-	return min(d, e.opts.MaxBackoff)
+	return min(d, s.opts.MaxBackoff)
 }
 
 // requeue puts back rescans that could not be done.
@@ -246,63 +259,19 @@ func (w *watcher) requeue(all policySet, byNS map[string]policySet) {
 // were known in that scope but are gone lose their results. A cluster-wide list also moves the watch start to
 // the list's resourceVersion.
 func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) error {
-	e := w.engine
-	every := e.policiesFor(w.gvr, nil)
-	only := e.policiesFor(w.gvr, rescan)
-	var seen uidmap.Map[struct{}]
-	opts := metav1.ListOptions{Limit: e.opts.PageSize}
+	s := w.scanner
+	opts := metav1.ListOptions{Limit: s.opts.PageSize}
 	scope := namespace
 	if namespace != "" && isNamespaces(w.gvr) {
-		// A change of one namespace concerns, of the Namespaces, that one (see Engine.Rescan). It is
+		// A change of one namespace concerns, of the Namespaces, that one (see Scanner.Rescan). It is
 		// cluster-scoped: it is read by name, and a name that is gone was seen by the watch.
 		scope = ""
 		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", namespace).String()
 	}
-	var listRV string
-	// The next page is requested before the current one is evaluated, so that the API server encodes it
-	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
-	// idle during every request and the API server idle during every evaluation.
-	next := w.fetch(ctx, scope, opts)
-	for {
-		got := <-next
-		next = nil
-		if got.err != nil {
-			e.returnPage(got)
-			if ctx.Err() != nil {
-				return ctx.Err()
-			}
-			if apierrors.IsResourceExpired(got.err) || apierrors.IsGone(got.err) {
-				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
-				if opts.Continue != "" {
-					opts.Continue = ""
-					seen = uidmap.Map[struct{}]{}
-					next = w.fetch(ctx, scope, opts)
-					continue
-				}
-			}
-			w.setReadError(got.err)
-			return fmt.Errorf("listing %s: %w", w.gvr, got.err)
-		}
-		page := got.page
-		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
-			next = w.fetch(ctx, scope, opts)
-		}
-		err := w.evaluatePage(ctx, page, every, only, &seen)
-		e.returnPage(got)
-		if err != nil {
-			if next != nil {
-				e.returnPage(<-next)
-			}
-			w.setReadError(err)
-			return fmt.Errorf("listing %s: %w", w.gvr, err)
-		}
-		w.setReadError(nil)
-		if listRV == "" {
-			listRV = page.List.GetResourceVersion()
-		}
-		if next == nil {
-			break
-		}
+	var seen uidmap.Map[struct{}]
+	listRV, err := w.readPages(ctx, scope, opts, s.policiesFor(w.gvr, nil), s.policiesFor(w.gvr, rescan), &seen)
+	if err != nil {
+		return err
 	}
 	if opts.FieldSelector != "" {
 		return nil
@@ -310,12 +279,61 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) 
 	w.digests.DeleteMissing(&seen, func(d digest) bool {
 		return namespace == "" || w.nsNames[d.namespace] == namespace
 	}, func(uid types.UID, d digest) {
-		e.deleteObject(w.gvr, uid, w.nsNames[d.namespace])
+		s.deleteObject(w.gvr, uid, w.nsNames[d.namespace])
 	})
 	if namespace == "" {
 		w.lastRV = listRV
 	}
 	return nil
+}
+
+// readPages lists the resource in scope page by page and evaluates each page (see evaluatePage), recording
+// the objects seen, and returns the resourceVersion of the list. A continue token that expires starts the
+// list over.
+func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListOptions, every, only []audit.Policy,
+	seen *uidmap.Map[struct{}]) (listRV string, err error) {
+	s := w.scanner
+	// The next page is requested before the current one is evaluated, so that the API server encodes it
+	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
+	// idle during every request and the API server idle during every evaluation.
+	next := w.fetch(ctx, scope, opts)
+	for next != nil {
+		got := <-next
+		next = nil
+		if got.err != nil {
+			s.returnPage(got)
+			if ctx.Err() != nil {
+				return "", ctx.Err()
+			}
+			if (apierrors.IsResourceExpired(got.err) || apierrors.IsGone(got.err)) && opts.Continue != "" {
+				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
+				opts.Continue = ""
+				*seen = uidmap.Map[struct{}]{}
+				next = w.fetch(ctx, scope, opts)
+				continue
+			}
+			w.setReadError(got.err)
+			return "", fmt.Errorf("listing %s: %w", w.gvr, got.err)
+		}
+		page := got.page
+		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
+			next = w.fetch(ctx, scope, opts)
+		}
+		err := w.evaluatePage(ctx, page, every, only, seen)
+		s.returnPage(got)
+		if err != nil {
+			if next != nil {
+				s.returnPage(<-next)
+			}
+			w.setReadError(err)
+			return "", fmt.Errorf("listing %s: %w", w.gvr, err)
+		}
+		w.setReadError(nil)
+		if listRV == "" {
+			listRV = page.List.GetResourceVersion()
+		}
+	}
+	return listRV, nil
 }
 
 // fetched is one LIST page, or the error reading it, and whether it holds a page token.
@@ -332,21 +350,21 @@ func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListO
 	out := make(chan fetched, 1)
 	go func() {
 		select {
-		case w.engine.pages <- struct{}{}:
+		case w.scanner.pages <- struct{}{}:
 		case <-ctx.Done():
 			out <- fetched{err: ctx.Err()}
 			return
 		}
-		page, err := w.engine.client.List(ctx, w.gvr, namespace, opts)
+		page, err := w.scanner.client.List(ctx, w.gvr, namespace, opts)
 		out <- fetched{page: page, err: err, token: true}
 	}()
 	return out
 }
 
 // returnPage gives back the page token of f, if it holds one.
-func (e *Engine) returnPage(f fetched) {
+func (s *Scanner) returnPage(f fetched) {
 	if f.token {
-		<-e.pages
+		<-s.pages
 	}
 }
 
@@ -379,11 +397,11 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, 
 			policies = only
 		}
 		if len(policies) > 0 {
-			w.engine.evaluate(ctx, w.gvr, obj, policies)
+			w.scanner.evaluate(ctx, w.gvr, obj, policies)
 		}
 	}
 	n := page.Len()
-	workers := min(w.engine.opts.Workers, n)
+	workers := min(w.scanner.opts.Workers, n)
 	if workers <= 1 {
 		for i := range n {
 			evaluate(i)
@@ -414,8 +432,8 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, 
 func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	timeout := int64(w.engine.opts.WatchTimeout / time.Second)
-	wi, err := w.engine.client.Watch(wctx, w.gvr, metav1.ListOptions{
+	timeout := int64(w.scanner.opts.WatchTimeout / time.Second)
+	wi, err := w.scanner.client.Watch(wctx, w.gvr, metav1.ListOptions{
 		ResourceVersion:     w.lastRV,
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,
@@ -461,7 +479,7 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 	case watch.Deleted:
 		uid := obj.GetUID()
 		w.digests.Delete(uid)
-		w.engine.deleteObject(w.gvr, uid, obj.GetNamespace())
+		w.scanner.deleteObject(w.gvr, uid, obj.GetNamespace())
 	case watch.Added, watch.Modified:
 		uid := obj.GetUID()
 		d := w.digestOf(obj)
@@ -469,7 +487,7 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 			return false, nil
 		}
 		w.digests.Set(uid, d)
-		w.engine.evaluate(ctx, w.gvr, obj, w.engine.policiesFor(w.gvr, nil))
+		w.scanner.evaluate(ctx, w.gvr, obj, w.scanner.policiesFor(w.gvr, nil))
 	}
 	return false, nil
 }
@@ -491,28 +509,28 @@ func (w *watcher) setReadError(err error) {
 		w.unreadable = msg != ""
 		w.mu.Unlock()
 	}()
-	policies := w.engine.policiesFor(w.gvr, nil)
+	policies := w.scanner.policiesFor(w.gvr, nil)
 	keys := make([]audit.PolicyKey, len(policies))
 	key := results.ObjectKey{GVR: w.gvr}
 	for i, p := range policies {
 		keys[i] = p.Key()
 		var res []audit.Result
 		if err != nil {
-			res = []audit.Result{resourceResult(p, w.gvr, w.engine.kindOf(w.gvr), audit.Error, msg)}
+			res = []audit.Result{resourceResult(p, w.gvr, w.scanner.kindOf(w.gvr), audit.Error, msg)}
 		}
-		w.engine.live.RLock()
-		if w.engine.covers(p.Key(), w.gvr) {
-			w.engine.sink.Set(p.Key(), key, "", res)
+		w.scanner.live.RLock()
+		if w.scanner.covers(p.Key(), w.gvr) {
+			w.scanner.sink.Set(p.Key(), key, "", res)
 		}
-		w.engine.live.RUnlock()
+		w.scanner.live.RUnlock()
 	}
-	log := w.engine.log.WithValues("resource", w.gvr.String(), "policies", policyStrings(keys))
+	log := w.scanner.log.WithValues("resource", w.gvr.String(), "policies", policyStrings(keys))
 	if err != nil {
 		log.Info("Cannot read the resource: its objects are not audited until it can be read; retrying with backoff", "err", err.Error())
 	} else {
 		log.Info("The resource can be read again")
 	}
-	if f := w.engine.opts.OnReadError; f != nil {
+	if f := w.scanner.opts.OnReadError; f != nil {
 		f(w.gvr, keys, err)
 	}
 }

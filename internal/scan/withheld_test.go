@@ -44,7 +44,7 @@ func TestWithheldResourceNeverRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	counter := &envtestutil.RequestCounter{}
-	engine, store := startEngine(t, counter.Wrap(env.Config), scan.Options{
+	scanner, store := startScanner(t, counter.Wrap(env.Config), scan.Options{
 		Withheld: map[schema.GroupVersionResource]string{secrets: "ask for it"},
 		KindFor: func(gvr schema.GroupVersionResource) schema.GroupVersionKind {
 			return map[string]schema.GroupVersionKind{"secrets": {Version: "v1", Kind: "Secret"}}[gvr.Resource]
@@ -68,21 +68,21 @@ func TestWithheldResourceNeverRead(t *testing.T) {
 		})
 	}
 
-	engine.SetPolicy(both)
-	waitSynced(t, engine)
+	scanner.SetPolicy(both)
+	waitSynced(t, scanner)
 	expect(t, store, ns, "both cm=fail")
 	expectCluster(skip)
 
 	// The policy no longer covers secrets: the skip goes; covering them again brings it back.
-	engine.SetPolicy(coveringPolicy{name: "both", resources: []schema.GroupVersionResource{configMaps}})
-	waitSynced(t, engine)
+	scanner.SetPolicy(coveringPolicy{name: "both", resources: []schema.GroupVersionResource{configMaps}})
+	waitSynced(t, scanner)
 	expectCluster()
-	engine.SetPolicy(both)
-	waitSynced(t, engine)
+	scanner.SetPolicy(both)
+	waitSynced(t, scanner)
 	expectCluster(skip)
-	engine.Rescan(both.Key(), "")
-	waitSynced(t, engine)
-	engine.RemovePolicy(both.Key())
+	scanner.Rescan(both.Key(), "")
+	waitSynced(t, scanner)
+	scanner.RemovePolicy(both.Key())
 	expectCluster()
 	expect(t, store, ns, "")
 

@@ -10,8 +10,10 @@ func BenchmarkEvaluate(b *testing.B) {
 		replicas int64
 	}{{"pass", 1}, {"fail", 5}} {
 		b.Run(c.name, func(b *testing.B) {
-			p := Compile(newPolicy("p", withValidation(replicasRule, messageExpression("'replicas: ' + string(object.spec.replicas)"))),
-				bindings{newBinding("b", "p")}, testDeps(b), Options{})
+			p := CompilePolicy(newPolicy("p", withValidation(replicasRule, messageExpression("'replicas: ' + string(object.spec.replicas)"))),
+				Options{}).Bind(
+				bindings{newBinding("b", "p")}, testDeps(b))
+
 			obj := newDeployment("prod", "d", c.replicas)
 			b.ReportAllocs()
 			for b.Loop() {

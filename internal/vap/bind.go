@@ -2,6 +2,7 @@ package vap
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -30,7 +31,7 @@ type Policy struct {
 	bindings  []*boundBinding
 	resources []schema.GroupVersionResource
 	// templates holds the workload resources whose pod templates are evaluated as Pods; nil unless the
-	// policy expands pod templates (see ExpandingPodTemplates).
+	// policy expands pod templates (see expandingPodTemplates).
 	templates map[schema.GroupVersionResource]bool
 
 	// paramConfigErr fails every evaluation that matches, as the apiserver's hook ConfigurationError does.
@@ -62,21 +63,11 @@ type plan struct {
 	read    schema.GroupVersionResource
 }
 
-// Compile compiles policy and binds it: CompilePolicy(policy, opts).Bind(bindings, deps). Controllers that
-// see bindings change more often than policies should cache CompilePolicy's result and call Bind.
-func Compile(
-	policy *admissionregistrationv1.ValidatingAdmissionPolicy,
-	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding,
-	deps Deps, opts Options,
-) *Policy {
-	return CompilePolicy(policy, opts).Bind(bindings, deps)
-}
-
 // Bind applies the policy's bindings (those whose spec.policyName names it; others are ignored) and the
 // cluster's resources as deps.Resolver serves them. Without bindings the policy is audited as if bound with
 // empty matchResources and validationActions [Audit]. Bind again when bindings or discovery change; namespaces
 // and params are read at evaluation time. A policy annotated celaudit.io/expand-pod-templates: "true" is
-// bound expanding pod templates (see ExpandingPodTemplates), so that every front end binding it agrees.
+// bound expanding pod templates (see expandingPodTemplates), so that every front end binding it agrees.
 func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, deps Deps) *Policy {
 	lister := namespaceLister{getter: deps.Namespaces}
 	p := &Policy{
@@ -124,7 +115,7 @@ func (c *Compiled) Bind(bindings []*admissionregistrationv1.ValidatingAdmissionP
 
 	p.plan()
 	if c.expandPodTemplates {
-		return p.ExpandingPodTemplates()
+		return p.expandingPodTemplates()
 	}
 	return p
 }
@@ -291,49 +282,12 @@ func (p *Policy) plan() {
 	definition := p.compiled.policy.DeepCopy()
 	definition.Spec.MatchConstraints = resourceLevel(definition.Spec.MatchConstraints)
 	definitionAccessor := validating.NewValidatingAdmissionPolicyAccessor(definition)
-
 	readable := map[schema.GroupVersionResource]bool{}
 	for _, r := range served {
 		readable[r.Resource] = r.Auditable
 	}
 	for _, b := range p.bindings {
-		binding := b.binding.DeepCopy()
-		binding.Spec.MatchResources = resourceLevel(binding.Spec.MatchResources)
-		bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
-		reports := namesOwnReports(p.compiled.policy.Spec.MatchConstraints, b.binding.Spec.MatchResources)
-		for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
-			direct, converted := map[string]plan{}, map[string]plan{}
-			for _, r := range served {
-				if exempt(r.Resource.GroupResource()) || ownReport(r.Resource.GroupResource()) && !reports {
-					continue
-				}
-				key := p.classKey(r.Resource)
-				if _, done := b.plans[key]; done {
-					continue
-				}
-				attrs := resourceAttributes(r, op)
-				matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definitionAccessor)
-				if err != nil || !matches || !readable[read] {
-					continue
-				}
-				if ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor); err != nil || !ok {
-					continue
-				}
-				candidates := converted
-				if read == r.Resource {
-					candidates = direct
-				}
-				if _, taken := candidates[key]; !taken {
-					candidates[key] = plan{request: r, read: read}
-				}
-			}
-			for key, pl := range converted {
-				b.plans[key] = pl
-			}
-			for key, pl := range direct {
-				b.plans[key] = pl
-			}
-		}
+		p.planBinding(b, served, readable, definitionAccessor)
 	}
 
 	reads := map[schema.GroupVersionResource]bool{}
@@ -347,6 +301,45 @@ func (p *Policy) plan() {
 			p.resources = append(p.resources, r.Resource)
 			delete(reads, r.Resource)
 		}
+	}
+}
+
+// planBinding fills b.plans: for each operation in turn, the classes of served resources the policy's
+// definition (resource-level) and b match that an earlier operation did not, and how each is read.
+func (p *Policy) planBinding(b *boundBinding, served []APIResource, readable map[schema.GroupVersionResource]bool,
+	definition generic.PolicyAccessor) {
+	binding := b.binding.DeepCopy()
+	binding.Spec.MatchResources = resourceLevel(binding.Spec.MatchResources)
+	bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
+	reports := namesOwnReports(p.compiled.policy.Spec.MatchConstraints, b.binding.Spec.MatchResources)
+	for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
+		direct, converted := map[string]plan{}, map[string]plan{}
+		for _, r := range served {
+			if exempt(r.Resource.GroupResource()) || ownReport(r.Resource.GroupResource()) && !reports {
+				continue
+			}
+			key := p.classKey(r.Resource)
+			if _, done := b.plans[key]; done {
+				continue
+			}
+			attrs := resourceAttributes(r, op)
+			matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definition)
+			if err != nil || !matches || !readable[read] {
+				continue
+			}
+			if ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor); err != nil || !ok {
+				continue
+			}
+			candidates := converted
+			if read == r.Resource {
+				candidates = direct
+			}
+			if _, taken := candidates[key]; !taken {
+				candidates[key] = plan{request: r, read: read}
+			}
+		}
+		maps.Copy(b.plans, converted)
+		maps.Copy(b.plans, direct)
 	}
 }
 

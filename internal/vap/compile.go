@@ -142,6 +142,22 @@ func CompilePolicyAs(key audit.PolicyKey, policy *admissionregistrationv1.Valida
 // a policy read from a file.
 func (c *Compiled) Problems() []string { return slices.Clone(c.problems) }
 
+// MatchConstraints returns a copy of the policy's matchConstraints, defaulted as the API server defaults them.
+func (c *Compiled) MatchConstraints() *admissionregistrationv1.MatchResources {
+	return c.policy.Spec.MatchConstraints.DeepCopy()
+}
+
+// WithMatchConstraints returns the policy as it would be with matchConstraints m (defaulted as the API server
+// defaults them): the same compiled expressions, matching other requests. It compiles nothing: what-if judges
+// the next UPDATE of an object with the policy narrowed to UPDATE requests, without compiling it again.
+func (c *Compiled) WithMatchConstraints(m *admissionregistrationv1.MatchResources) *Compiled {
+	out := *c
+	out.policy = c.policy.DeepCopy()
+	out.policy.Spec.MatchConstraints = m.DeepCopy()
+	defaultMatchResources(out.policy.Spec.MatchConstraints)
+	return &out
+}
+
 // listProblems returns the problems of the policy as a whole followed by exprs, the problems of its
 // expressions.
 func (c *Compiled) listProblems(exprs []string) []string {
@@ -204,175 +220,241 @@ func (r *compileRecorder) problem(field string, e cel.ExpressionAccessor) (strin
 
 // compile compiles the policy's expressions and returns the problems of those that failed, in spec order.
 func (c *Compiled) compile(opts Options) (problems []string) {
-	spec := &c.policy.Spec
+	cc, err := newCompilation(&c.policy.Spec, opts, c.paramsAreSecrets)
+	if err != nil {
+		c.compileErr = err
+		return nil
+	}
+	c.compileMatchConditions(cc)
+	c.compileValidations(cc)
+	cc.prepareAuditAnnotations(&c.policy.Spec)
+	c.buildEvaluators(cc)
+	c.readsNamespaceObject = cc.deps.namespaceObject
+	return cc.problems(&c.policy.Spec)
+}
+
+// compilation is one policy's compilation under way: the apiserver's compiler, recording what fails, what
+// the expressions may read, and the accessors compiled for each field, from which the evaluators are built
+// and the problems listed.
+type compilation struct {
+	compiler *cel.CompositedCompiler
+	recorder *compileRecorder
+	// optionalVars declare what every expression may read; messageVars, what a messageExpression may.
+	optionalVars, messageVars cel.OptionalVariableDeclarations
+	deps                      *userDependency
+	secrets                   *secretReads
+
+	variables  []cel.NamedExpressionAccessor
+	conditions []cel.ExpressionAccessor // spec.matchConditions; nil without them
+	// validations are the validations judged, in the validator's order, and messages their
+	// messageExpressions (nil for none), aligned with them.
+	validations []cel.ExpressionAccessor
+	messages    []*validating.MessageExpressionCondition
+	// validationAccessors and messageAccessors hold the accessors compiled for each spec.validations index,
+	// nil for those not compiled.
+	validationAccessors, messageAccessors []cel.ExpressionAccessor
+	// annotations are the spec.auditAnnotations indexes that can be evaluated; annotationReads and
+	// annotationAccessors hold, per index, what each may read and its accessor.
+	annotations         []int
+	annotationReads     []exposure
+	annotationAccessors []cel.ExpressionAccessor
+}
+
+// newCompilation starts compiling spec: it builds the apiserver's compiler for the environment opts ask for,
+// compiles the variables (every other expression may read them) and inspects what they read.
+func newCompilation(spec *admissionregistrationv1.ValidatingAdmissionPolicySpec, opts Options, paramsAreSecrets bool) (*compilation, error) {
 	ver := opts.CompatibilityVersion
 	if ver == nil {
 		ver = environment.DefaultCompatibilityVersion()
 	}
 	compiler, err := cel.NewCompositedCompiler(environment.MustBaseEnvSet(ver))
 	if err != nil {
-		c.compileErr = err
-		return nil
+		return nil, err
 	}
 	recorder := &compileRecorder{Compiler: compiler.Compiler, failed: map[cel.ExpressionAccessor]error{}}
 	compiler.Compiler, compiler.ConditionCompiler = recorder, recorder
 	hasParams := spec.ParamKind != nil
-	optionalVars := cel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true}
-	messageVars := cel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false}
-
-	variables := make([]cel.NamedExpressionAccessor, len(spec.Variables))
-	for i, v := range spec.Variables {
-		variables[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	cc := &compilation{
+		compiler:     compiler,
+		recorder:     recorder,
+		optionalVars: cel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: true},
+		messageVars:  cel.OptionalVariableDeclarations{HasParams: hasParams, HasAuthorizer: false},
+		variables:    make([]cel.NamedExpressionAccessor, len(spec.Variables)),
 	}
-	compiler.CompileAndStoreVariables(variables, optionalVars, environment.StoredExpressions)
-
+	for i, v := range spec.Variables {
+		cc.variables[i] = &validating.Variable{Name: v.Name, Expression: v.Expression}
+	}
+	compiler.CompileAndStoreVariables(cc.variables, cc.optionalVars, environment.StoredExpressions)
 	env, err := compiler.Env(environment.StoredExpressions)
 	if err != nil {
 		env = nil // without an environment nothing is inspected; compiling reports the problem
 	}
-	deps := newUserDependency(env, spec.Variables)
-	secrets := newSecretReads(env, spec.Variables, c.paramsAreSecrets)
+	cc.deps = newUserDependency(env, spec.Variables)
+	cc.secrets = newSecretReads(env, spec.Variables, paramsAreSecrets)
+	return cc, nil
+}
 
-	var conditions []cel.ExpressionAccessor
-	if len(spec.MatchConditions) > 0 {
-		conditions = make([]cel.ExpressionAccessor, len(spec.MatchConditions))
-		c.matchConditionReads = make([]exposure, len(spec.MatchConditions))
-		for i := range spec.MatchConditions {
-			conditions[i] = (*matchconditions.MatchCondition)(&spec.MatchConditions[i])
-			c.matchConditionReads[i] = secrets.of(spec.MatchConditions[i].Expression)
-			if reason := deps.reason(spec.MatchConditions[i].Expression); reason != "" && c.matchConditionsSkip == "" {
-				c.matchConditionsSkip = fmt.Sprintf(
-					"cannot decide whether the policy applies to a stored object: matchConditions[%d] %q depends on the requesting user (%s)",
-					i, spec.MatchConditions[i].Name, reason)
-			}
-		}
-		// The matcher applies the policy's failurePolicy, as the apiserver's does: a condition that errors is
-		// an error under Fail and excludes the object under Ignore, where the apiserver admits it silently.
-		c.matcher = matchconditions.NewMatcher(
-			compiler.CompileCondition(conditions, optionalVars, environment.StoredExpressions),
-			&c.failurePolicy, "policy", "validate", c.policy.Name)
+// compileCondition compiles exprs as the apiserver compiles a policy's conditions.
+func (cc *compilation) compileCondition(exprs []cel.ExpressionAccessor, vars cel.OptionalVariableDeclarations) cel.ConditionEvaluator {
+	return cc.compiler.CompileCondition(exprs, vars, environment.StoredExpressions)
+}
+
+// compileMatchConditions compiles the matchConditions into c.matcher, and records what each may read and
+// whether they can be judged for a stored object at all.
+func (c *Compiled) compileMatchConditions(cc *compilation) {
+	spec := &c.policy.Spec
+	if len(spec.MatchConditions) == 0 {
+		return
 	}
+	cc.conditions = make([]cel.ExpressionAccessor, len(spec.MatchConditions))
+	c.matchConditionReads = make([]exposure, len(spec.MatchConditions))
+	for i := range spec.MatchConditions {
+		cc.conditions[i] = (*matchconditions.MatchCondition)(&spec.MatchConditions[i])
+		c.matchConditionReads[i] = cc.secrets.of(spec.MatchConditions[i].Expression)
+		if reason := cc.deps.reason(spec.MatchConditions[i].Expression); reason != "" && c.matchConditionsSkip == "" {
+			c.matchConditionsSkip = fmt.Sprintf(
+				"cannot decide whether the policy applies to a stored object: matchConditions[%d] %q depends on the requesting user (%s)",
+				i, spec.MatchConditions[i].Name, reason)
+		}
+	}
+	// The matcher applies the policy's failurePolicy, as the apiserver's does: a condition that errors is an
+	// error under Fail and excludes the object under Ignore, where the apiserver admits it silently.
+	c.matcher = matchconditions.NewMatcher(cc.compileCondition(cc.conditions, cc.optionalVars),
+		&c.failurePolicy, "policy", "validate", c.policy.Name)
+}
 
-	var validations []cel.ExpressionAccessor
-	var messages []*validating.MessageExpressionCondition // aligned with validations; nil for none
+// compileValidations decides, for each validation, whether it can be judged for a stored object and whether
+// its messageExpression is evaluated, records what they read, and collects the accessors to compile.
+func (c *Compiled) compileValidations(cc *compilation) {
+	spec := &c.policy.Spec
 	c.validations = make([]validationInfo, len(spec.Validations))
-	// The accessors compiled for each spec.validations index, nil for those not compiled.
-	validationAccessors := make([]cel.ExpressionAccessor, len(spec.Validations))
-	messageAccessors := make([]cel.ExpressionAccessor, len(spec.Validations))
+	cc.validationAccessors = make([]cel.ExpressionAccessor, len(spec.Validations))
+	cc.messageAccessors = make([]cel.ExpressionAccessor, len(spec.Validations))
 	for i, v := range spec.Validations {
 		info := validationInfo{expression: v.Expression}
-		if reason := deps.reason(v.Expression); reason != "" {
+		if reason := cc.deps.reason(v.Expression); reason != "" {
 			info.skip = fmt.Sprintf("cannot be judged for a stored object: the expression depends on the requesting user (%s)", reason)
 			c.validations[i] = info
 			continue
 		}
-		info.reads = secrets.of(v.Expression)
-		validationAccessors[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
-		validations = append(validations, validationAccessors[i])
+		info.reads = cc.secrets.of(v.Expression)
+		cc.validationAccessors[i] = &validating.ValidationCondition{Expression: v.Expression, Message: v.Message, Reason: v.Reason}
+		cc.validations = append(cc.validations, cc.validationAccessors[i])
 		var message *validating.MessageExpressionCondition
 		if v.MessageExpression != "" {
-			if reason := deps.reason(v.MessageExpression); reason != "" {
+			if reason := cc.deps.reason(v.MessageExpression); reason != "" {
 				info.messageSkip = fmt.Sprintf("not evaluated: depends on the requesting user (%s)", reason)
 			} else {
 				message = &validating.MessageExpressionCondition{MessageExpression: v.MessageExpression}
-				messageAccessors[i] = message
+				cc.messageAccessors[i] = message
 				info.hasMessageExpression = true
-				info.messageReads = secrets.of(v.MessageExpression)
+				info.messageReads = cc.secrets.of(v.MessageExpression)
 			}
 		}
-		messages = append(messages, message)
+		cc.messages = append(cc.messages, message)
 		c.validations[i] = info
 		c.judged = append(c.judged, i)
 	}
 	c.passMessage = passMessage(len(c.judged))
+}
 
-	var annotations []int // spec.auditAnnotations that can be evaluated
-	annotationReads := make([]exposure, len(spec.AuditAnnotations))
-	annotationAccessors := make([]cel.ExpressionAccessor, len(spec.AuditAnnotations))
+// prepareAuditAnnotations collects the audit annotations that can be evaluated and what each may read.
+func (cc *compilation) prepareAuditAnnotations(spec *admissionregistrationv1.ValidatingAdmissionPolicySpec) {
+	cc.annotationReads = make([]exposure, len(spec.AuditAnnotations))
+	cc.annotationAccessors = make([]cel.ExpressionAccessor, len(spec.AuditAnnotations))
 	for i, a := range spec.AuditAnnotations {
-		if deps.reason(a.ValueExpression) != "" {
+		if cc.deps.reason(a.ValueExpression) != "" {
 			continue // a value computed for no user would be meaningless
 		}
-		annotations = append(annotations, i)
-		annotationReads[i] = secrets.of(a.ValueExpression)
-		annotationAccessors[i] = &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
+		cc.annotations = append(cc.annotations, i)
+		cc.annotationReads[i] = cc.secrets.of(a.ValueExpression)
+		cc.annotationAccessors[i] = &validating.AuditAnnotationCondition{Key: a.Key, ValueExpression: a.ValueExpression}
 	}
+}
 
-	// The validations are evaluated, whatever they read, for every object: a verdict is a boolean and
-	// discloses nothing. One compiled copy serves both evaluators: an evaluator keeps no state between calls.
-	judged := compiler.CompileCondition(validations, optionalVars, environment.StoredExpressions)
-	build := func(withheld exposure) evaluator {
-		ev := evaluator{withheld: withheld}
-		var messageConditions, annotationConditions []cel.ExpressionAccessor
-		for position, m := range messages {
-			info := c.validations[c.judged[position]]
-			ev.reads |= info.reads
-			if m == nil || info.messageReads&withheld != 0 {
-				messageConditions = append(messageConditions, nil) // nil keeps validations and messages aligned
-				continue
-			}
-			messageConditions = append(messageConditions, m)
-			ev.reads |= info.messageReads
-		}
-		for _, i := range annotations {
-			if annotationReads[i]&withheld != 0 {
-				continue
-			}
-			annotationConditions = append(annotationConditions, annotationAccessors[i])
-			ev.annotations = append(ev.annotations, i)
-			ev.reads |= annotationReads[i]
-		}
-		ev.validator = validating.NewValidator(
-			judged,
-			nil, // matchConditions are evaluated by c.matcher, so that their errors are told apart
-			compiler.CompileCondition(annotationConditions, optionalVars, environment.StoredExpressions),
-			compiler.CompileCondition(messageConditions, messageVars, environment.StoredExpressions),
-			&c.failurePolicy,
-			nil,
-		)
-		return ev
-	}
-
+// buildEvaluators builds c.plain, which evaluates objects that are not Secrets, and c.secret, which
+// evaluates Secrets: the same evaluator unless some messageExpression or audit annotation may read an
+// object's sensitive fields, which the Secrets' evaluator then leaves out, since their output could quote
+// them. The validations are evaluated, whatever they read, for every object: a verdict is a boolean and
+// discloses nothing. One compiled copy of them serves both evaluators: an evaluator keeps no state between
+// calls.
+func (c *Compiled) buildEvaluators(cc *compilation) {
+	judged := cc.compileCondition(cc.validations, cc.optionalVars)
 	var withheld exposure
 	if c.paramsAreSecrets {
 		withheld = readsParams
 	}
-	c.plain = build(withheld)
-	// A Secret needs an evaluator of its own only when some messageExpression or audit annotation may read
-	// an object's sensitive fields.
+	c.plain = c.evaluator(cc, judged, withheld)
 	var quoted exposure // what the output of messageExpressions and audit annotations may quote
-	for position, m := range messages {
+	for position, m := range cc.messages {
 		if m != nil {
 			quoted |= c.validations[c.judged[position]].messageReads
 		}
 	}
-	for _, i := range annotations {
-		quoted |= annotationReads[i]
+	for _, i := range cc.annotations {
+		quoted |= cc.annotationReads[i]
 	}
 	if quoted&readsObject != 0 {
-		c.secret = build(withheld | readsObject)
+		c.secret = c.evaluator(cc, judged, withheld|readsObject)
 	} else {
 		c.secret = c.plain
 		c.secret.withheld |= readsObject
 	}
-	c.readsNamespaceObject = deps.namespaceObject
+}
 
+// evaluator builds the evaluator of the inputs withheld stands for: the judged validations, and the
+// messageExpressions and audit annotations that read none of those inputs' sensitive fields.
+func (c *Compiled) evaluator(cc *compilation, judged cel.ConditionEvaluator, withheld exposure) evaluator {
+	ev := evaluator{withheld: withheld}
+	var messageConditions, annotationConditions []cel.ExpressionAccessor
+	for position, m := range cc.messages {
+		info := c.validations[c.judged[position]]
+		ev.reads |= info.reads
+		if m == nil || info.messageReads&withheld != 0 {
+			messageConditions = append(messageConditions, nil) // nil keeps validations and messages aligned
+			continue
+		}
+		messageConditions = append(messageConditions, m)
+		ev.reads |= info.messageReads
+	}
+	for _, i := range cc.annotations {
+		if cc.annotationReads[i]&withheld != 0 {
+			continue
+		}
+		annotationConditions = append(annotationConditions, cc.annotationAccessors[i])
+		ev.annotations = append(ev.annotations, i)
+		ev.reads |= cc.annotationReads[i]
+	}
+	ev.validator = validating.NewValidator(
+		judged,
+		nil, // matchConditions are evaluated by c.matcher, so that their errors are told apart
+		cc.compileCondition(annotationConditions, cc.optionalVars),
+		cc.compileCondition(messageConditions, cc.messageVars),
+		&c.failurePolicy,
+		nil,
+	)
+	return ev
+}
+
+// problems lists the expressions of spec that failed to compile, in spec order, as "<field>: <error>".
+func (cc *compilation) problems(spec *admissionregistrationv1.ValidatingAdmissionPolicySpec) []string {
+	var problems []string
 	add := func(field string, e cel.ExpressionAccessor) {
-		if p, failed := recorder.problem(field, e); failed {
+		if p, failed := cc.recorder.problem(field, e); failed {
 			problems = append(problems, p)
 		}
 	}
-	for i, v := range variables {
+	for i, v := range cc.variables {
 		add(fmt.Sprintf("spec.variables[%d].expression", i), v)
 	}
-	for i, e := range conditions {
+	for i, e := range cc.conditions {
 		add(fmt.Sprintf("spec.matchConditions[%d].expression", i), e)
 	}
 	for i := range spec.Validations {
-		add(fmt.Sprintf("spec.validations[%d].expression", i), validationAccessors[i])
-		add(fmt.Sprintf("spec.validations[%d].messageExpression", i), messageAccessors[i])
+		add(fmt.Sprintf("spec.validations[%d].expression", i), cc.validationAccessors[i])
+		add(fmt.Sprintf("spec.validations[%d].messageExpression", i), cc.messageAccessors[i])
 	}
-	for i, e := range annotationAccessors {
+	for i, e := range cc.annotationAccessors {
 		add(fmt.Sprintf("spec.auditAnnotations[%d].valueExpression", i), e)
 	}
 	return problems

@@ -27,7 +27,7 @@
 //     inspected when the policy is compiled; for a Secret (and for params of kind Secret), a
 //     messageExpression or audit annotation that may read those fields is not evaluated, and the error of an
 //     expression that may read them keeps the apiserver's form with its details withheld. Validations are
-//     evaluated whatever they read. The scan engine then redacts the Secret's values from every result.
+//     evaluated whatever they read. The scanner then redacts the Secret's values from every result.
 //   - An object a matchCondition excludes yields no result: the apiserver admits it without evaluating the
 //     validations and says nothing, and a result per excluded object would be noise that grows with the
 //     cluster. The same holds per param: a (binding, param) pair whose matchConditions are false yields
@@ -40,11 +40,11 @@
 //   - A policy without bindings is not enforced by the apiserver; it is audited as if bound with empty
 //     matchResources and validationActions [Audit], so its failures are warnings.
 //
-// Pod rules on workload templates: a policy bound with ExpandingPodTemplates (Bind does it for a policy
-// annotated celaudit.io/expand-pod-templates: "true") also evaluates the pod templates of Deployments,
-// StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs as the Pods their controllers would create, exactly
-// as it evaluates a stored Pod, and reports the results on the workload with the property podTemplate. A
-// template that breaks a Pod rule is then seen when the workload is stored, not Pod by Pod.
+// Pod rules on workload templates: a policy annotated celaudit.io/expand-pod-templates: "true" also
+// evaluates the pod templates of Deployments, StatefulSets, DaemonSets, ReplicaSets, Jobs and CronJobs as the
+// Pods their controllers would create, exactly as it evaluates a stored Pod, and reports the results on the
+// workload with the property podTemplate. A template that breaks a Pod rule is then seen when the workload is
+// stored, not Pod by Pod.
 //
 // Result mapping, per (object, policy, binding, param, validation): a failed validation is fail when the
 // binding's validationActions include Deny and warn otherwise; an evaluation or configuration error is error

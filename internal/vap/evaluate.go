@@ -35,7 +35,7 @@ const maxAuditAnnotationValueLength = 10 * 1024
 
 // Evaluate implements audit.Policy. obj must have been read at gvr, one of Resources(); objects of other
 // resources, and objects no binding applies to, yield no results. For a policy that expands pod templates
-// (see ExpandingPodTemplates), the results on a workload are followed by those on its pod template.
+// (see expandingPodTemplates), the results on a workload are followed by those on its pod template.
 func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
 	if obj == nil {
 		return nil
@@ -201,6 +201,14 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		return []audit.Result{e.result(audit.RuleMatchConditions, audit.Skip, c.matchConditionsSkip, base)}, false
 	}
 
+	return e.evaluateParams(b, match, versioned, namespace, params, base), false
+}
+
+// evaluateParams evaluates the binding with each of its params in turn (one nil param for a policy without
+// params), in the order of their names.
+func (e *evaluation) evaluateParams(b *boundBinding, match definitionMatch, versioned *admission.VersionedAttributes,
+	namespace *corev1.Namespace, params []runtime.Object, base map[string]string) (results []audit.Result) {
+	c := e.p.compiled
 	ev := c.plain
 	if e.secret() {
 		ev = c.secret
@@ -213,12 +221,12 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		}
 		res := e.evaluateParam(b, ev, match, versioned, namespace, param, props)
 		if c.paramsAreSecrets && param != nil {
-			// The last guard for a Secret read as params, as the scan engine's for an audited Secret.
+			// The last guard for a Secret read as params, as the scanner's for an audited Secret.
 			secretRedactor(param).Redact(res)
 		}
 		results = append(results, res...)
 	}
-	return results, false
+	return results
 }
 
 // evaluateParam evaluates the binding with one param (nil for none) by the validator of ev.
@@ -315,7 +323,9 @@ func (e *evaluation) namespace(attrs admission.Attributes) (*corev1.Namespace, e
 	return e.p.matcher.GetNamespace(e.ctx, name)
 }
 
-// decide turns the decisions of ev's validator for one (binding, param) into results.
+// decide turns the decisions of ev's validator for one (binding, param) into results: its published audit
+// annotations become properties of every result, each validation that denies or fails becomes a result, and
+// a pass stands for the (binding, param) when nothing did.
 func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.ValidateResult, props map[string]string) []audit.Result {
 	c := e.p.compiled
 	for _, a := range v.AuditAnnotations {
@@ -327,16 +337,41 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 			props[PropAuditAnnotationPrefix+a.Key] = value
 		}
 	}
-
-	var results []audit.Result
-	failed := false
-	add := func(r audit.Result) { // a fail, warn or error
+	results, failed := e.validationResults(b, ev, v.Decisions, props)
+	// The annotations ev evaluates read nothing it withholds: their errors are reported whole.
+	for i, a := range v.AuditAnnotations {
+		if a.Error == "" || i >= len(ev.annotations) {
+			continue
+		}
+		index := ev.annotations[i]
 		failed = true
-		results = append(results, r)
+		results = append(results, e.result(fmt.Sprintf("auditAnnotations[%d]", index), audit.Error, a.Error,
+			e.errorProps(withProp(props, audit.PropRule, c.policy.Spec.AuditAnnotations[index].ValueExpression))))
 	}
+	if !failed && (len(c.judged) > 0 || len(c.validations) == 0) {
+		results = append(results, e.result(RuleValidations, audit.Pass, c.passMessage, props))
+	}
+	return results
+}
+
+// validationResults returns the results of the validations, in spec order: a skip for each that cannot be
+// judged, and one for each decision that denies or fails; failed says whether any did.
+func (e *evaluation) validationResults(b *boundBinding, ev evaluator, decisions []validating.PolicyDecision,
+	props map[string]string) (results []audit.Result, failed bool) {
+	c := e.p.compiled
 	// The validator returns one decision per validation it was given, or a single decision when the whole
 	// evaluation failed (e.g. the cost budget ran out).
-	aligned := len(v.Decisions) == len(c.judged)
+	if len(decisions) != len(c.judged) {
+		for i, info := range c.validations {
+			if info.skip != "" {
+				results = append(results, e.result(fmt.Sprintf("validations[%d]", i), audit.Skip, info.skip, withProp(props, audit.PropRule, info.expression)))
+			}
+		}
+		for _, d := range decisions {
+			results = append(results, e.result(RuleValidations, audit.Error, withholdDetails(d.Message, "", ev.reads&ev.withheld), e.errorProps(props)))
+		}
+		return results, len(decisions) > 0
+	}
 	position := 0
 	for i, info := range c.validations {
 		// Most decisions are passes, which need neither: they are made only for a result.
@@ -346,47 +381,35 @@ func (e *evaluation) decide(b *boundBinding, ev evaluator, v validating.Validate
 			results = append(results, e.result(rule(), audit.Skip, info.skip, ruleProps()))
 			continue
 		}
-		if !aligned {
-			continue
-		}
-		d := v.Decisions[position]
+		d := decisions[position]
 		position++
 		switch {
 		case d.Evaluation == validating.EvalError:
-			add(e.result(rule(), audit.Error, withholdDetails(d.Message, info.expression, info.reads&ev.withheld), e.errorProps(ruleProps())))
+			failed = true
+			results = append(results, e.result(rule(), audit.Error, withholdDetails(d.Message, info.expression, info.reads&ev.withheld), e.errorProps(ruleProps())))
 		case d.Action == validating.ActionDeny:
-			verdict := audit.Warn
-			if b.deny {
-				verdict = audit.Fail
-			}
-			denyProps := ruleProps()
-			denyProps[audit.PropReason] = string(d.Reason)
-			if info.messageSkip != "" {
-				denyProps[PropMessageExpression] = info.messageSkip
-			} else if info.hasMessageExpression && info.messageReads&ev.withheld != 0 {
-				denyProps[PropMessageExpression] = secretMessageSkip
-			}
-			add(e.result(rule(), verdict, d.Message, denyProps))
+			failed = true
+			results = append(results, e.denial(b, ev, info, d, rule(), ruleProps()))
 		}
 	}
-	if !aligned {
-		for _, d := range v.Decisions {
-			add(e.result(RuleValidations, audit.Error, withholdDetails(d.Message, "", ev.reads&ev.withheld), e.errorProps(props)))
-		}
+	return results, failed
+}
+
+// denial is the result of validation info denying the object with decision d: fail when the binding denies,
+// warn otherwise.
+func (e *evaluation) denial(b *boundBinding, ev evaluator, info validationInfo, d validating.PolicyDecision, rule string,
+	props map[string]string) audit.Result {
+	verdict := audit.Warn
+	if b.deny {
+		verdict = audit.Fail
 	}
-	// The annotations ev evaluates read nothing it withholds: their errors are reported whole.
-	for i, a := range v.AuditAnnotations {
-		if a.Error == "" || i >= len(ev.annotations) {
-			continue
-		}
-		index := ev.annotations[i]
-		add(e.result(fmt.Sprintf("auditAnnotations[%d]", index), audit.Error, a.Error,
-			e.errorProps(withProp(props, audit.PropRule, c.policy.Spec.AuditAnnotations[index].ValueExpression))))
+	props[audit.PropReason] = string(d.Reason)
+	if info.messageSkip != "" {
+		props[PropMessageExpression] = info.messageSkip
+	} else if info.hasMessageExpression && info.messageReads&ev.withheld != 0 {
+		props[PropMessageExpression] = secretMessageSkip
 	}
-	if !failed && (len(c.judged) > 0 || len(c.validations) == 0) {
-		results = append(results, e.result(RuleValidations, audit.Pass, c.passMessage, props))
-	}
-	return results
+	return e.result(rule, verdict, d.Message, props)
 }
 
 // secretMessageSkip says why a result carries the static message rather than the messageExpression's, for a

@@ -40,7 +40,7 @@ func (c evalCase) run(t *testing.T) {
 	if gvr.Empty() {
 		gvr = deploymentsGVR
 	}
-	p := Compile(c.policy, bs, deps, Options{})
+	p := CompilePolicy(c.policy, Options{}).Bind(bs, deps)
 	got := p.Evaluate(defaultTestContext, gvr, c.obj)
 	for _, r := range got {
 		if r.Policy != c.policy.Name || r.Resource != audit.RefOf(c.obj) || r.Category != DefaultCategory || r.Severity != audit.SeverityMedium {

@@ -53,8 +53,10 @@ func Example() {
 			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
 		},
 	}
-	p := vap.Compile(policy, []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding},
-		vap.Deps{Namespaces: namespaceMap{"shop": {ObjectMeta: metav1.ObjectMeta{Name: "shop"}}}, Resolver: resolver}, vap.Options{})
+	// Compile once (milliseconds), bind again whenever bindings or the served resources change (microseconds).
+	compiled := vap.CompilePolicy(policy, vap.Options{})
+	p := compiled.Bind([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding},
+		vap.Deps{Namespaces: namespaceMap{"shop": {ObjectMeta: metav1.ObjectMeta{Name: "shop"}}}, Resolver: resolver})
 
 	obj := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "apps/v1", "kind": "Deployment",

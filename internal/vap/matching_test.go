@@ -324,7 +324,7 @@ func TestEvaluateMatchPolicy(t *testing.T) {
 			if bs == nil {
 				bs = bindings{newBinding("b", "p")}
 			}
-			if got := Compile(c.policy, bs, testDeps(t), Options{}).Resources(); !slices.Equal(got, c.resources) {
+			if got := CompilePolicy(c.policy, Options{}).Bind(bs, testDeps(t)).Resources(); !slices.Equal(got, c.resources) {
 				t.Errorf("Resources() = %v, want %v", got, c.resources)
 			}
 		})

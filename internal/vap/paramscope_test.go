@@ -49,7 +49,7 @@ func TestParamScope(t *testing.T) {
 			if !c.noParams {
 				opts = append(opts, withParamKind(configMaps))
 			}
-			p := Compile(newPolicy("p", opts...), bindings{newBinding("b", "p", c.bindings...)}, testDeps(t), Options{})
+			p := CompilePolicy(newPolicy("p", opts...), Options{}).Bind(bindings{newBinding("b", "p", c.bindings...)}, testDeps(t))
 			all, nss := p.ParamScope(c.obj)
 			if all != c.wantAll || !slices.Equal(nss, c.wantNS) {
 				t.Errorf("ParamScope = %v, %q; want %v, %q", all, nss, c.wantAll, c.wantNS)

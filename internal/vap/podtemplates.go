@@ -51,7 +51,7 @@ func templatePath(gvr schema.GroupVersionResource) (path []string, ok bool) {
 	return nil, false
 }
 
-// ExpandingPodTemplates returns the policy that also evaluates the pod templates of workloads (apps/v1
+// expandingPodTemplates returns the policy that also evaluates the pod templates of workloads (apps/v1
 // Deployments, StatefulSets, DaemonSets and ReplicaSets, batch/v1 Jobs and CronJobs) as the Pods their
 // controllers would create. A template is evaluated exactly as the policy evaluates a stored Pod (the same
 // bindings, params, namespace and object selectors, matchConditions), and its results are reported on the
@@ -62,11 +62,10 @@ func templatePath(gvr schema.GroupVersionResource) (path []string, ok bool) {
 // binding applies to core v1 Pods; otherwise the policy evaluates no template and is returned as it is. p is
 // not modified; both policies are immutable and share what they can.
 //
-// Bind calls it for a policy annotated celaudit.io/expand-pod-templates: "true". Policy sources that decide
-// it otherwise (an AuditPolicy's spec.expandPodTemplates) should set that annotation on the
-// ValidatingAdmissionPolicy they compile, so that the compile cache key (CacheKey) covers it and every front
-// end expands alike; calling this method on the bound policy is equivalent.
-func (p *Policy) ExpandingPodTemplates() *Policy {
+// Bind calls it for a policy annotated celaudit.io/expand-pod-templates: "true", the one way to ask for it:
+// an AuditPolicy's spec.expandPodTemplates sets that annotation on the ValidatingAdmissionPolicy it stands
+// for, so that the compile cache key (CacheKey) covers it and every front end expands alike.
+func (p *Policy) expandingPodTemplates() *Policy {
 	if p.templates != nil || !p.coversPods() {
 		return p
 	}
@@ -89,9 +88,6 @@ func (p *Policy) ExpandingPodTemplates() *Policy {
 	}
 	return &out
 }
-
-// ExpandsPodTemplates tells whether the policy evaluates workloads' pod templates (see ExpandingPodTemplates).
-func (p *Policy) ExpandsPodTemplates() bool { return len(p.templates) > 0 }
 
 // coversPods reports whether some binding evaluates core v1 Pods, read as v1 Pods: a template is evaluated
 // with that plan, as a stored Pod is.

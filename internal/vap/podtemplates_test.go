@@ -411,14 +411,14 @@ func TestPodTemplateAndWorkloadRules(t *testing.T) {
 		},
 	}})
 
-	p := Compile(policy, bindings{newBinding("b", "p")}, Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}, Options{})
+	p := CompilePolicy(policy, Options{}).Bind(bindings{newBinding("b", "p")}, Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)})
 	if got := p.Resources(); countOf(got, deploymentsGVR) != 1 {
 		t.Errorf("Resources() = %v, want deployments once", got)
 	}
 	// The same rule, verdict and message on the workload and on its template: distinct result IDs.
 	same := podPolicy(withRules(rule("", "v1", "pods"), rule("apps", "v1", "deployments")))
 	same.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "false", Message: "never"}}
-	res := Compile(same, bindings{newBinding("b", "p")}, Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}, Options{}).
+	res := CompilePolicy(same, Options{}).Bind(bindings{newBinding("b", "p")}, Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}).
 		Evaluate(defaultTestContext, deploymentsGVR, newWorkload("Deployment", "prod", "web", podTemplate("nginx:1.27", nil)))
 	if len(res) != 2 || res[0].ID() == res[1].ID() || res[0].Properties[audit.PropPodTemplate] != "" || res[1].Properties[audit.PropPodTemplate] != "true" {
 		t.Errorf("want a result on the workload and one on its template, with distinct IDs; got %+v", res)
@@ -508,12 +508,9 @@ func TestPodTemplateResources(t *testing.T) {
 			if bs == nil {
 				bs = bindings{newBinding("b", "p")}
 			}
-			p := Compile(c.policy, bs, Deps{Namespaces: testNamespaces(), Resolver: resolver}, Options{})
+			p := CompilePolicy(c.policy, Options{}).Bind(bs, Deps{Namespaces: testNamespaces(), Resolver: resolver})
 			if got := p.Resources(); !slices.Equal(got, c.want) {
 				t.Errorf("Resources() = %v, want %v", got, c.want)
-			}
-			if got := p.ExpandsPodTemplates(); got != c.expands {
-				t.Errorf("ExpandsPodTemplates() = %v, want %v", got, c.expands)
 			}
 			res := p.Evaluate(defaultTestContext, deploymentsGVR, newWorkload("Deployment", "prod", "web", podTemplate("nginx:latest", nil)))
 			templated := slices.ContainsFunc(res, func(r audit.Result) bool { return r.Properties[audit.PropPodTemplate] == "true" })
@@ -537,23 +534,24 @@ func mustResolver(t *testing.T, lists []*metav1.APIResourceList) *StaticResolver
 func TestPodsStillEvaluated(t *testing.T) {
 	deps := Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}
 	pod := newObject("v1", "Pod", "prod", "web-1", withField([]any{map[string]any{"name": "c", "image": "nginx:latest"}}, "spec", "containers"))
-	expanded := Compile(podPolicy(), bindings{newBinding("b", "p")}, deps, Options{})
+	expanded := CompilePolicy(podPolicy(), Options{}).Bind(bindings{newBinding("b", "p")}, deps)
 	plain := newPolicy("p", withRules(rule("", "v1", "pods")), withValidation(imageRule, message("no latest images")))
 	got := expanded.Evaluate(defaultTestContext, podsGVR, pod)
-	want := Compile(plain, bindings{newBinding("b", "p")}, deps, Options{}).Evaluate(defaultTestContext, podsGVR, pod)
+	want := CompilePolicy(plain, Options{}).Bind(bindings{newBinding("b", "p")}, deps).Evaluate(defaultTestContext, podsGVR, pod)
 	if len(got) != 1 || !reflect.DeepEqual(got, want) {
 		t.Errorf("Pod results = %+v, want %+v", got, want)
 	}
 }
 
-// TestExpandingPodTemplates checks the method that expands a bound policy without the annotation: it gives
+// TestExpandingPodTemplates checks the method Bind expands an annotated policy with, called on a policy bound
+// without the annotation: it gives
 // the annotated policy's results, leaves the policy it is called on alone, and is idempotent.
 func TestExpandingPodTemplates(t *testing.T) {
 	deps := Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}
 	plain := newPolicy("p", withRules(rule("", "v1", "pods")), withValidation(imageRule, message("no latest images")))
-	p := Compile(plain, bindings{newBinding("b", "p")}, deps, Options{})
-	q := p.ExpandingPodTemplates()
-	annotated := Compile(podPolicy(), bindings{newBinding("b", "p")}, deps, Options{})
+	p := CompilePolicy(plain, Options{}).Bind(bindings{newBinding("b", "p")}, deps)
+	q := p.expandingPodTemplates()
+	annotated := CompilePolicy(podPolicy(), Options{}).Bind(bindings{newBinding("b", "p")}, deps)
 
 	workload := newWorkload("StatefulSet", "prod", "db", podTemplate("postgres:latest", nil))
 	if got := p.Evaluate(defaultTestContext, statefulSetsGVR, workload); len(got) != 0 {
@@ -572,8 +570,8 @@ func TestExpandingPodTemplates(t *testing.T) {
 	if !slices.Equal(q.Resources(), annotated.Resources()) {
 		t.Errorf("Resources() = %v, want the annotated policy's %v", q.Resources(), annotated.Resources())
 	}
-	if q.ExpandingPodTemplates() != q || annotated.ExpandingPodTemplates() != annotated {
-		t.Errorf("ExpandingPodTemplates of an expanded policy returned another policy")
+	if q.expandingPodTemplates() != q || annotated.expandingPodTemplates() != annotated {
+		t.Errorf("expandingPodTemplates of an expanded policy returned another policy")
 	}
 	// Resources returns a copy: changing it changes nothing.
 	r := q.Resources()
@@ -597,7 +595,7 @@ func TestPodTemplateCacheKey(t *testing.T) {
 // it): the result names the workload's kind, from the resource it was read at.
 func TestPodTemplateWithoutKind(t *testing.T) {
 	deps := Deps{Namespaces: testNamespaces(), Resolver: workloadResolver(nil)}
-	p := Compile(podPolicy(), bindings{newBinding("b", "p")}, deps, Options{})
+	p := CompilePolicy(podPolicy(), Options{}).Bind(bindings{newBinding("b", "p")}, deps)
 	workload := newWorkload("DaemonSet", "prod", "agent", podTemplate("agent:latest", nil))
 	delete(workload.Object, "apiVersion")
 	delete(workload.Object, "kind")
@@ -612,9 +610,12 @@ func TestPodTemplateWithoutKind(t *testing.T) {
 func TestConcurrentPodTemplates(t *testing.T) {
 	deps := testDeps(t)
 	deps.Resolver = workloadResolver(nil)
-	p := Compile(podPolicy(withParamKind(limitsGVK), withValidation("size(object.spec.containers) <= params.spec.maxReplicas")),
+	p := CompilePolicy(podPolicy(withParamKind(limitsGVK), withValidation("size(object.spec.containers) <= params.spec.maxReplicas")),
+
+		Options{}).Bind(
 		bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(admissionregistrationv1.DenyAction)))},
-		deps, Options{})
+		deps)
+
 	workload := newWorkload("CronJob", "prod", "nightly", podTemplate("nginx:latest", map[string]any{"app": "web"}))
 	want := p.Evaluate(defaultTestContext, cronJobsGVR, workload)
 	if len(want) != 2 {

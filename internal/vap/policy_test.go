@@ -142,7 +142,7 @@ func TestResources(t *testing.T) {
 			if bs == nil {
 				bs = bindings{newBinding("b", "p")}
 			}
-			if got := Compile(c.policy, bs, deps, Options{}).Resources(); !slices.Equal(got, c.want) {
+			if got := CompilePolicy(c.policy, Options{}).Bind(bs, deps).Resources(); !slices.Equal(got, c.want) {
 				t.Errorf("Resources() = %v, want %v", got, c.want)
 			}
 		})
@@ -186,7 +186,7 @@ func TestPolicyDescription(t *testing.T) {
 	}}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			p := Compile(c.policy, c.bindings, testDeps(t), Options{})
+			p := CompilePolicy(c.policy, Options{}).Bind(c.bindings, testDeps(t))
 			if got := p.Key(); got != (audit.PolicyKey{Source: audit.SourceVAP, Name: "p"}) {
 				t.Errorf("Key() = %q", got)
 			}
@@ -220,7 +220,7 @@ func TestCategoryAndSeverity(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			policy := newPolicy("p", withValidation(replicasRule))
 			policy.Annotations = c.annotations
-			got := Compile(policy, nil, testDeps(t), c.opts).Evaluate(defaultTestContext, deploymentsGVR, newDeployment("prod", "d", 5))
+			got := CompilePolicy(policy, c.opts).Bind(nil, testDeps(t)).Evaluate(defaultTestContext, deploymentsGVR, newDeployment("prod", "d", 5))
 			if len(got) != 1 || got[0].Category != c.wantCategory || got[0].Severity != c.wantSeverity {
 				t.Errorf("got %+v, want one result of category %q, severity %q", got, c.wantCategory, c.wantSeverity)
 			}
@@ -244,18 +244,64 @@ func TestCacheKey(t *testing.T) {
 	}
 }
 
-// TestBindReusesCompilation checks that a compiled policy can be bound again, to other bindings, with the same
-// results as compiling anew.
+// TestBindReusesCompilation binds one compiled policy to one set of bindings after another, as the
+// controllers do when bindings change: each set gives its own results (a Deny binding fails, a Warn binding
+// warns, no binding audits), whatever was bound before, and no Bind compiles the policy again.
 func TestBindReusesCompilation(t *testing.T) {
-	policy := newPolicy("p", withValidation(replicasRule, message("too many")))
-	compiled := CompilePolicy(policy, Options{})
-	obj := newDeployment("prod", "d", 5)
-	for _, bs := range []bindings{{newBinding("b", "p")}, {newBinding("b", "p", withActions(admissionregistrationv1.Warn))}, nil} {
-		got := compiled.Bind(bs, testDeps(t)).Evaluate(defaultTestContext, deploymentsGVR, obj)
-		want := Compile(policy, bs, testDeps(t), Options{}).Evaluate(defaultTestContext, deploymentsGVR, obj)
-		if !reflect.DeepEqual(got, want) {
-			t.Errorf("Bind(%d bindings) = %+v, want %+v", len(bs), got, want)
+	compiled := CompilePolicy(newPolicy("p", withValidation(replicasRule, message("too many"))), Options{})
+	failed := func(verdict audit.Verdict, kv ...string) []row {
+		return []row{{"validations[0]", verdict, "too many",
+			props(append(kv, audit.PropOperation, "CREATE", audit.PropRule, replicasRule, audit.PropReason, "Invalid")...)}}
+	}
+	for _, step := range []struct {
+		name     string
+		bindings bindings
+		want     []row
+	}{
+		{"Deny", bindings{newBinding("b", "p")}, failed(audit.Fail, audit.PropBinding, "b", audit.PropValidationActions, "Deny")},
+		{"Warn", bindings{newBinding("w", "p", withActions(admissionregistrationv1.Warn))},
+			failed(audit.Warn, audit.PropBinding, "w", audit.PropValidationActions, "Warn")},
+		{"no binding", nil, failed(audit.Warn, audit.PropValidationActions, "Audit")},
+		{"Deny again", bindings{newBinding("b", "p")}, failed(audit.Fail, audit.PropBinding, "b", audit.PropValidationActions, "Deny")},
+	} {
+		bound := compiled.Bind(step.bindings, testDeps(t))
+		if bound.compiled != compiled {
+			t.Errorf("%s: the bound policy evaluates a compilation of its own: Bind compiled the policy again", step.name)
 		}
+		diffRows(t, bound.Evaluate(defaultTestContext, deploymentsGVR, newDeployment("prod", "d", 5)), step.want)
+	}
+}
+
+// TestWithMatchConstraints narrows a compiled policy's rules, as what-if does to judge an object's next
+// UPDATE: the narrowed policy matches what its new rules match, and the policy it came from is unchanged.
+func TestWithMatchConstraints(t *testing.T) {
+	compiled := CompilePolicy(newPolicy("p", withRules(rule("apps", "v1", "deployments", admissionregistrationv1.Create)),
+		withValidation(replicasRule, message("too many"))), Options{})
+	rules := func(rules ...admissionregistrationv1.NamedRuleWithOperations) *admissionregistrationv1.MatchResources {
+		return &admissionregistrationv1.MatchResources{ResourceRules: rules}
+	}
+	failed := func(operation string) []row {
+		return []row{{"validations[0]", audit.Fail, "too many", denyProps(audit.PropOperation, operation, audit.PropRule, replicasRule, audit.PropReason, "Invalid")}}
+	}
+	for _, c := range []struct {
+		name      string
+		policy    *Compiled
+		resources []schema.GroupVersionResource
+		want      []row
+	}{
+		{"updates of deployments", compiled.WithMatchConstraints(rules(rule("apps", "v1", "deployments", admissionregistrationv1.Update))),
+			[]schema.GroupVersionResource{deploymentsGVR}, failed("UPDATE")},
+		{"updates of config maps", compiled.WithMatchConstraints(rules(rule("", "v1", "configmaps", admissionregistrationv1.Update))),
+			[]schema.GroupVersionResource{configMapsGVR}, nil},
+		{"the policy narrowed from", compiled, []schema.GroupVersionResource{deploymentsGVR}, failed("CREATE")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			bound := c.policy.Bind(bindings{newBinding("b", "p")}, testDeps(t))
+			if got := bound.Resources(); !slices.Equal(got, c.resources) {
+				t.Errorf("Resources() = %v, want %v", got, c.resources)
+			}
+			diffRows(t, bound.Evaluate(defaultTestContext, deploymentsGVR, newDeployment("prod", "d", 5)), c.want)
+		})
 	}
 }
 
@@ -269,7 +315,7 @@ func TestDeterministic(t *testing.T) {
 		newBinding("a", "p", withActions(admissionregistrationv1.Warn), paramRef(paramRefName("strict"), notFound(deny))),
 	}
 	obj := newDeployment("prod", "d", 5)
-	first := Compile(policy, bs, testDeps(t), Options{}).Evaluate(defaultTestContext, deploymentsGVR, obj)
+	first := CompilePolicy(policy, Options{}).Bind(bs, testDeps(t)).Evaluate(defaultTestContext, deploymentsGVR, obj)
 	if len(first) != 5 {
 		t.Fatalf("got %d results, want 5: %+v", len(first), first)
 	}
@@ -285,7 +331,7 @@ func TestDeterministic(t *testing.T) {
 				slices.Reverse(ps[gvk])
 			}
 		}
-		got := Compile(policy, reordered, deps, Options{}).Evaluate(defaultTestContext, deploymentsGVR, obj)
+		got := CompilePolicy(policy, Options{}).Bind(reordered, deps).Evaluate(defaultTestContext, deploymentsGVR, obj)
 		if !reflect.DeepEqual(got, first) {
 			t.Fatalf("run %d differs:\n got %+v\nwant %+v", i, got, first)
 		}
@@ -301,7 +347,7 @@ func TestEvaluateObjectWithoutKind(t *testing.T) {
 	obj := newDeployment("prod", "d", 5)
 	obj.SetAPIVersion("")
 	obj.SetKind("")
-	got := Compile(newPolicy("p", withValidation(replicasRule, message("too many"))), nil, testDeps(t), Options{}).
+	got := CompilePolicy(newPolicy("p", withValidation(replicasRule, message("too many"))), Options{}).Bind(nil, testDeps(t)).
 		Evaluate(defaultTestContext, deploymentsGVR, obj)
 	want := audit.ObjectRef{APIVersion: "apps/v1", Kind: "Deployment", Namespace: "prod", Name: "d", UID: "uid-d"}
 	if len(got) != 1 || got[0].Verdict != audit.Warn || got[0].Resource != want {
@@ -310,7 +356,7 @@ func TestEvaluateObjectWithoutKind(t *testing.T) {
 	if obj.GetKind() != "" {
 		t.Errorf("Evaluate modified its input")
 	}
-	if got := Compile(newPolicy("p"), nil, testDeps(t), Options{}).Evaluate(defaultTestContext, deploymentsGVR, nil); got != nil {
+	if got := CompilePolicy(newPolicy("p"), Options{}).Bind(nil, testDeps(t)).Evaluate(defaultTestContext, deploymentsGVR, nil); got != nil {
 		t.Errorf("Evaluate(nil) = %+v", got)
 	}
 }
@@ -344,7 +390,7 @@ func TestStaticResolver(t *testing.T) {
 
 func TestCompileFailure(t *testing.T) {
 	policy := newPolicy("p", withValidation(replicasRule))
-	p := Compile(policy, nil, testDeps(t), Options{CompatibilityVersion: &version.Version{}})
+	p := CompilePolicy(policy, Options{CompatibilityVersion: &version.Version{}}).Bind(nil, testDeps(t))
 	got := p.Evaluate(defaultTestContext, deploymentsGVR, newDeployment("prod", "d", 1))
 	want := []row{{"compile", audit.Error, "internal error compiling policy: version must contain an major and minor component, but got: ",
 		props("validationActions", "Audit", "operation", "CREATE", "failurePolicy", "Fail")}}
@@ -354,10 +400,14 @@ func TestCompileFailure(t *testing.T) {
 // TestConcurrentEvaluate evaluates one policy from several goroutines, as a scan does (run with -race).
 func TestConcurrentEvaluate(t *testing.T) {
 	deny := admissionregistrationv1.DenyAction
-	p := Compile(limitsPolicy(withVariable("r", "object.spec.replicas"), withMatchCondition("any", "variables.r >= 0"),
+	p := CompilePolicy(limitsPolicy(withVariable("r", "object.spec.replicas"), withMatchCondition("any", "variables.r >= 0"),
 		withAuditAnnotation("max", "string(params.spec.maxReplicas)")),
+
+		Options{}).Bind(
+
 		bindings{newBinding("b", "p", paramRef(paramRefSelector(map[string]string{"tier": "limits"}), notFound(deny)))},
-		testDeps(t), Options{})
+		testDeps(t))
+
 	obj := newDeployment("prod", "d", 5)
 	want := p.Evaluate(defaultTestContext, deploymentsGVR, obj)
 	var wg sync.WaitGroup

@@ -193,7 +193,7 @@ func TestSecretEvaluationErrorsWithheld(t *testing.T) {
 			if c.policy.Name != "secret-regex-leak" {
 				bs = bindings{newBinding("b", c.policy.Name)}
 			}
-			got := Compile(c.policy, bs, testDeps(t), Options{}).Evaluate(defaultTestContext, c.gvr, c.obj)
+			got := CompilePolicy(c.policy, Options{}).Bind(bs, testDeps(t)).Evaluate(defaultTestContext, c.gvr, c.obj)
 			diffRows(t, got, c.want)
 			assertNoSecretValue(t, got, c.leaks...)
 		})
@@ -254,7 +254,7 @@ func TestSecretMessagesAndAnnotations(t *testing.T) {
 			}
 		}(),
 	}})
-	got := Compile(policy, bindings{newBinding("b", "p")}, testDeps(t), Options{}).Evaluate(defaultTestContext, secretsGVR, secretShaped("Secret"))
+	got := CompilePolicy(policy, Options{}).Bind(bindings{newBinding("b", "p")}, testDeps(t)).Evaluate(defaultTestContext, secretsGVR, secretShaped("Secret"))
 	if len(got) == 0 {
 		t.Fatal("no results")
 	}

@@ -4,9 +4,9 @@
 //
 // The proposal overlays the live cluster: a proposed object replaces the live one of its kind and name (a
 // binding, a param object, a namespace), and everything else is read as it is. Each policy the proposal
-// touches is compiled twice, as it is today and as it would be (Plan), and every stored object it covers is
-// read once, page by page, and evaluated under both through the one evaluation path of package engine (Run),
-// so that verdicts and messages are the operator's by construction.
+// touches is paired as it is today and as it would be (Plan), each policy object compiled once, and every
+// stored object it covers is read once, page by page, and evaluated under both through the one evaluation
+// path of package engine (Run), so that verdicts and messages are the operator's by construction.
 //
 // Each result under the proposal is compared with today's results on the same object (Compare): it is new
 // when the object does not fail that way today, unchanged when it does, and a failure of today that the

@@ -15,8 +15,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
-	"github.com/celaudit/celaudit/internal/crdrules"
-	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
 )
 
@@ -56,59 +54,73 @@ func (e *InputError) Error() string { return strings.Join(e.Problems, "\n") }
 func Decode(objs []manifests.Object, served func(schema.GroupVersionKind) bool) (*Proposal, error) {
 	p := &Proposal{sources: map[objectID]manifests.Source{}}
 	var problems []string
-	proposedKinds := map[schema.GroupVersionKind]bool{}
 	for _, o := range objs {
 		p.sources[idOf(o.Unstructured)] = o.Source
-		if o.GroupVersionKind() == apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition") {
-			names, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
-			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
-			versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
-			for _, v := range versions {
-				if m, ok := v.(map[string]any); ok {
-					if name, ok := m["name"].(string); ok {
-						proposedKinds[schema.GroupVersionKind{Group: group, Version: name, Kind: names}] = true
-					}
-				}
-			}
-		}
 	}
+	proposedKinds := crdKinds(objs)
 	for _, o := range objs {
-		obj := o.Unstructured
-		var err error
-		switch gvk := obj.GroupVersionKind(); {
-		case gvk.GroupKind() == apiextensionsv1.Kind("CustomResourceDefinition"):
-			crd := &apiextensionsv1.CustomResourceDefinition{}
-			if err = decodeStrict(obj, gvk, apiextensionsv1.SchemeGroupVersion, crd); err == nil {
-				p.CRDs = append(p.CRDs, crd)
-			}
-		case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy").GroupKind():
-			vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
-			if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, vap); err == nil {
-				p.VAPs = append(p.VAPs, vap)
-			}
-		case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding").GroupKind():
-			b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
-			if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, b); err == nil {
-				p.Bindings = append(p.Bindings, b)
-			}
-		case gvk.GroupKind() == v1alpha1.GroupVersion.WithKind("AuditPolicy").GroupKind():
-			ap := &v1alpha1.AuditPolicy{}
-			if err = decodeStrict(obj, gvk, v1alpha1.GroupVersion, ap); err == nil {
-				p.AuditPolicies = append(p.AuditPolicies, ap)
-			}
-		case served(gvk) || proposedKinds[gvk]:
-			p.Objects = append(p.Objects, obj)
-		default:
-			err = fmt.Errorf("unknown kind %s: the cluster does not serve it and no proposed CustomResourceDefinition defines it", gvk)
-		}
-		if err != nil {
-			problems = append(problems, fmt.Sprintf("%s: %s %s: %v", o.Source, obj.GetKind(), objectName(obj), err))
+		if err := p.add(o.Unstructured, served, proposedKinds); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %s %s: %v", o.Source, o.GetKind(), objectName(o.Unstructured), err))
 		}
 	}
 	if len(problems) > 0 {
 		return nil, &InputError{Problems: problems}
 	}
 	return p, nil
+}
+
+// crdKinds returns the kinds, in each version, that the CustomResourceDefinitions among objs define.
+func crdKinds(objs []manifests.Object) map[schema.GroupVersionKind]bool {
+	out := map[schema.GroupVersionKind]bool{}
+	for _, o := range objs {
+		if o.GroupVersionKind() != apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition") {
+			continue
+		}
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+		versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+		for _, v := range versions {
+			if m, ok := v.(map[string]any); ok {
+				if name, ok := m["name"].(string); ok {
+					out[schema.GroupVersionKind{Group: group, Version: name, Kind: kind}] = true
+				}
+			}
+		}
+	}
+	return out
+}
+
+// add decodes obj into the proposal: a policy object strictly, any other object when its kind is served or
+// proposed.
+func (p *Proposal) add(obj *unstructured.Unstructured, served func(schema.GroupVersionKind) bool, proposedKinds map[schema.GroupVersionKind]bool) error {
+	var err error
+	switch gvk := obj.GroupVersionKind(); {
+	case gvk.GroupKind() == apiextensionsv1.Kind("CustomResourceDefinition"):
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err = decodeStrict(obj, gvk, apiextensionsv1.SchemeGroupVersion, crd); err == nil {
+			p.CRDs = append(p.CRDs, crd)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy").GroupKind():
+		vap := &admissionregistrationv1.ValidatingAdmissionPolicy{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, vap); err == nil {
+			p.VAPs = append(p.VAPs, vap)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding").GroupKind():
+		b := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, b); err == nil {
+			p.Bindings = append(p.Bindings, b)
+		}
+	case gvk.GroupKind() == v1alpha1.GroupVersion.WithKind("AuditPolicy").GroupKind():
+		ap := &v1alpha1.AuditPolicy{}
+		if err = decodeStrict(obj, gvk, v1alpha1.GroupVersion, ap); err == nil {
+			p.AuditPolicies = append(p.AuditPolicies, ap)
+		}
+	case served(gvk) || proposedKinds[gvk]:
+		p.Objects = append(p.Objects, obj)
+	default:
+		err = fmt.Errorf("unknown kind %s: the cluster does not serve it and no proposed CustomResourceDefinition defines it", gvk)
+	}
+	return err
 }
 
 func objectName(obj *unstructured.Unstructured) string {
@@ -191,27 +203,4 @@ func internalCRD(scheme *runtime.Scheme, crd *apiextensionsv1.CustomResourceDefi
 		return nil, err
 	}
 	return out, nil
-}
-
-// compileProblems lists, with their sources, the expressions of the proposed policies that do not compile,
-// with the compiler's messages: the API server would reject such a policy or CRD.
-func (p *Proposal) compileProblems(c engine.Compiler) []string {
-	var out []string
-	for _, crd := range p.CRDs {
-		for _, problem := range crdrules.Compile(crd, c.CRDOptions).Problems() {
-			out = append(out, fmt.Sprintf("%s: CustomResourceDefinition %s: %s", p.source("CustomResourceDefinition", crd.Name), crd.Name, problem))
-		}
-	}
-	for _, v := range p.VAPs {
-		for _, problem := range c.VAP(v).Problems() {
-			out = append(out, fmt.Sprintf("%s: ValidatingAdmissionPolicy %s: %s", p.source("ValidatingAdmissionPolicy", v.Name), v.Name, problem))
-		}
-	}
-	for _, ap := range p.AuditPolicies {
-		compiled, _ := c.AuditPolicy(ap)
-		for _, problem := range compiled.Problems() {
-			out = append(out, fmt.Sprintf("%s: AuditPolicy %s: %s", p.source("AuditPolicy", ap.Name), ap.Name, problem))
-		}
-	}
-	return out
 }

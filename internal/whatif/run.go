@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -85,37 +84,44 @@ type index struct {
 	byGVR     map[schema.GroupVersionResource][]coverage
 }
 
+// side is one of a pair's two policies. Both sides of every pair go into one engine.Set, which tells which
+// cover each resource; the sides tell which pair, and which of its policies, that is.
+type side struct {
+	audit.Policy
+	pair     *Pair
+	proposed bool
+}
+
+// newIndex returns, for each resource some pair's policy covers, the pairs covering it, in key order.
 func newIndex(pairs []*Pair) index {
-	idx := index{byGVR: map[schema.GroupVersionResource][]coverage{}}
+	sides := make([]audit.Policy, 0, 2*len(pairs))
 	for _, p := range pairs {
-		cov := map[schema.GroupVersionResource]*coverage{}
-		add := func(pol audit.Policy, proposed bool) {
-			if pol == nil {
-				return
-			}
-			for _, gvr := range pol.Resources() {
-				c := cov[gvr]
-				if c == nil {
-					c = &coverage{pair: p}
-					cov[gvr] = c
-				}
-				if proposed {
-					c.proposed = true
-				} else {
-					c.today = true
-				}
-			}
+		if p.Today != nil {
+			sides = append(sides, side{Policy: p.Today, pair: p})
 		}
-		add(p.Today, false)
-		add(p.Proposed, true)
-		for gvr, c := range cov {
-			if idx.byGVR[gvr] == nil {
-				idx.resources = append(idx.resources, gvr)
-			}
-			idx.byGVR[gvr] = append(idx.byGVR[gvr], *c)
-		}
+		sides = append(sides, side{Policy: p.Proposed, pair: p, proposed: true})
 	}
-	slices.SortFunc(idx.resources, func(a, b schema.GroupVersionResource) int { return cmp.Compare(a.String(), b.String()) })
+	set := engine.NewSet(sides...)
+	idx := index{resources: set.Resources(), byGVR: map[schema.GroupVersionResource][]coverage{}}
+	for _, gvr := range idx.resources {
+		var covs []coverage
+		at := map[*Pair]int{} // index of each pair's coverage in covs
+		for _, pol := range set.For(gvr) {
+			s := pol.(side) // the set holds sides only
+			i, ok := at[s.pair]
+			if !ok {
+				i = len(covs)
+				at[s.pair] = i
+				covs = append(covs, coverage{pair: s.pair})
+			}
+			if s.proposed {
+				covs[i].proposed = true
+			} else {
+				covs[i].today = true
+			}
+		}
+		idx.byGVR[gvr] = covs
+	}
 	return idx
 }
 

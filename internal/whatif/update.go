@@ -9,8 +9,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/celaudit/celaudit/internal/audit"
-	"github.com/celaudit/celaudit/internal/crdrules"
 	"github.com/celaudit/celaudit/internal/engine"
+	"github.com/celaudit/celaudit/internal/vap"
 )
 
 // Values of the onUpdate property of a result that rejects: what the API server does with the object's next UPDATE.
@@ -29,7 +29,13 @@ const (
 // ratcheting as the API server runs it: a failure whose error remains is rejected, one whose error is gone
 // is ratcheted.
 type crdJudge struct {
-	policy *crdrules.Policy
+	policy updateValidator
+}
+
+// updateValidator validates an update of an object as the API server validates it against a CRD, with
+// ratcheting: *crdrules.Policy.
+type updateValidator interface {
+	UpdateErrors(ctx context.Context, version string, obj, old *unstructured.Unstructured) ([]string, error)
 }
 
 var _ updateJudge = crdJudge{}
@@ -58,15 +64,16 @@ type vapJudge struct {
 
 var _ updateJudge = vapJudge{}
 
-func newVAPJudge(c engine.Compiler, key audit.PolicyKey, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
-	bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, views engine.Views) vapJudge {
-	policy = policy.DeepCopy()
-	if policy.Spec.MatchConstraints == nil || !updatesOnly(policy.Spec.MatchConstraints) {
+// newVAPJudge returns the judge of compiled, the ValidatingAdmissionPolicy named name bound to bindings: the
+// same compiled expressions, with the policy's rules and its bindings narrowed to UPDATE requests.
+func newVAPJudge(compiled *vap.Compiled, name string, bindings []*admissionregistrationv1.ValidatingAdmissionPolicyBinding, views engine.Views) vapJudge {
+	constraints := compiled.MatchConstraints()
+	if constraints == nil || !updatesOnly(constraints) {
 		return vapJudge{}
 	}
 	var narrowed []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	for _, b := range bindings {
-		if b.Spec.PolicyName != policy.Name {
+		if b.Spec.PolicyName != name {
 			continue
 		}
 		b = b.DeepCopy()
@@ -77,7 +84,7 @@ func newVAPJudge(c engine.Compiler, key audit.PolicyKey, policy *admissionregist
 	if len(narrowed) == 0 {
 		return vapJudge{}
 	}
-	return vapJudge{update: engine.Bind(c.VAPAs(key, policy), narrowed, views)}
+	return vapJudge{update: engine.Bind(compiled.WithMatchConstraints(constraints), narrowed, views)}
 }
 
 // updatesOnly narrows the resource rules of m to the UPDATE operation, and reports whether m still matches

@@ -172,7 +172,7 @@ func BenchmarkCRDRule(b *testing.B) {
 // binding: matching the policy and binding, the apiserver's validator, and turning decisions into results.
 func BenchmarkVAPValidation(b *testing.B) {
 	policy, bindings := widgetPolicy()
-	benchmarkPolicy(b, vap.Compile(policy, bindings, vapDeps(b), vap.Options{}))
+	benchmarkPolicy(b, vap.CompilePolicy(policy, vap.Options{}).Bind(bindings, vapDeps(b)))
 }
 
 // benchmarkPolicy runs p on the widget of each case, after checking that it gives the case's verdict.

@@ -30,6 +30,7 @@ import (
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
+	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
 const (
@@ -50,8 +51,8 @@ const (
 )
 
 // TestAuditPolicyMatchesAPIServer converts the policy and bindings of each file of testdata/vap into
-// AuditPolicies with auditpolicy.FromAdmission, one for each binding with the enforcement its
-// validationActions stand for (auditpolicy.EnforcementOf) and one for the policy unbound, and
+// AuditPolicies with envtestutil.AuditPolicyFor, one for each binding with the enforcement its
+// validationActions stand for (envtestutil.EnforcementOf) and one for the policy unbound, and
 // checks, object by object, that an AuditPolicy decides what the apiserver decides for the same body
 // as a ValidatingAdmissionPolicy:
 //
@@ -199,10 +200,10 @@ func runAuditPolicyGroup(t *testing.T, cl *vapClients, apClient client.Client, g
 	converted := map[string]*admissionregistrationv1.ValidatingAdmissionPolicyBinding{}
 	var aps []*v1alpha1.AuditPolicy
 	for _, b := range bindings {
-		aps = append(aps, auditpolicy.FromAdmission(b.Name, policy, b, auditpolicy.EnforcementOf(b.Spec.ValidationActions)))
+		aps = append(aps, envtestutil.AuditPolicyFor(b.Name, policy, b, envtestutil.EnforcementOf(b.Spec.ValidationActions)))
 		converted[b.Name] = b
 	}
-	aps = append(aps, auditpolicy.FromAdmission(policy.Name+apUnboundSuffix, policy, nil, auditpolicy.EnforcementOf(nil)))
+	aps = append(aps, envtestutil.AuditPolicyFor(policy.Name+apUnboundSuffix, policy, nil, envtestutil.EnforcementOf(nil)))
 	for _, ap := range aps {
 		stored := createAuditPolicy(t, apClient, ap)
 		b := converted[ap.Name]
@@ -330,7 +331,7 @@ func checkRoundTrip(t *testing.T, stored *v1alpha1.AuditPolicy, policy *admissio
 	if binding != nil {
 		want.ParamRef = binding.Spec.ParamRef
 		want.MatchResources = binding.Spec.MatchResources.DeepCopy()
-		want.ValidationActions = auditpolicy.Actions(auditpolicy.EnforcementOf(binding.Spec.ValidationActions))
+		want.ValidationActions = auditpolicy.Actions(envtestutil.EnforcementOf(binding.Spec.ValidationActions))
 	}
 	want.MatchResources = withBuiltinExemptions(want.MatchResources)
 	if !apiequality.Semantic.DeepEqual(a.Binding.Spec, want) {

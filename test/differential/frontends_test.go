@@ -172,11 +172,11 @@ func evaluateFiles(t *testing.T, ctx context.Context, objs []*unstructured.Unstr
 		if engine.IsPolicyObject(o) || o.GetNamespace() == "" {
 			continue
 		}
-		gvr, err := engine.ResourceOf(o, v)
+		res, err := v.Resources.ResourceForKind(o.GroupVersionKind())
 		if err != nil {
 			t.Fatal(err)
 		}
-		out = append(out, set.Evaluate(ctx, gvr, o)...)
+		out = append(out, evaluateWith(ctx, set, res.Resource, o)...)
 	}
 	return resultLines(out)
 }
@@ -216,11 +216,11 @@ func evaluateLive(t *testing.T, ctx context.Context, fixture []*unstructured.Uns
 		if !engine.IsPolicyObject(o) {
 			continue
 		}
-		gvr, err := engine.ResourceOf(o, v)
+		res, err := v.Resources.ResourceForKind(o.GroupVersionKind())
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := dyn.Resource(gvr).Get(ctx, o.GetName(), metav1.GetOptions{})
+		got, err := dyn.Resource(res.Resource).Get(ctx, o.GetName(), metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -241,7 +241,7 @@ func evaluateLive(t *testing.T, ctx context.Context, fixture []*unstructured.Uns
 					t.Fatal(err)
 				}
 				for i := range list.Items {
-					out = append(out, set.Evaluate(ctx, gvr, &list.Items[i])...)
+					out = append(out, evaluateWith(ctx, set, gvr, &list.Items[i])...)
 				}
 				if opts.Continue = list.GetContinue(); opts.Continue == "" {
 					break
@@ -250,6 +250,16 @@ func evaluateLive(t *testing.T, ctx context.Context, fixture []*unstructured.Uns
 		}
 	}
 	return resultLines(out)
+}
+
+// evaluateWith evaluates obj, read at gvr, with every policy of set covering gvr, as the front ends do.
+func evaluateWith(ctx context.Context, set *engine.Set, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
+	o := engine.NewObject(gvr, obj)
+	var out []audit.Result
+	for _, p := range set.For(gvr) {
+		out = append(out, o.Evaluate(ctx, p)...)
+	}
+	return out
 }
 
 // resultLines renders results as sorted lines, without the objects' UIDs, which files do not have.

@@ -400,9 +400,6 @@ func runPTPolicy(t *testing.T, cl *vapClients, resolver *vap.StaticResolver, p p
 		Namespaces: views.NewLiveNamespaces(ctx, cl.dyn),
 		Params:     views.NewLiveParams(ctx, cl.dyn, resolver, 500),
 	})
-	if !compiled.ExpandsPodTemplates() {
-		t.Fatalf("policy %s, annotated %s, does not expand pod templates; it reads %v", policy.Name, audit.AnnotationExpandPodTemplates, compiled.Resources())
-	}
 	for _, k := range ptKinds() {
 		if !containsGVR(compiled.Resources(), k.resource) {
 			t.Errorf("the audit does not read %v: it reads %v", k.resource, compiled.Resources())

@@ -21,13 +21,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
-	"github.com/celaudit/celaudit/internal/auditpolicy"
+	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
 // AuditPolicies: with -audit-policies N the harness also creates N AuditPolicies in Audit over the same
 // resources as the ValidatingAdmissionPolicies. celaudit evaluates each as a ValidatingAdmissionPolicy bound
 // with validationActions [Audit] (failures are warn results, reported under the AuditPolicy's name) and writes
-// the counts into its status. Five are converted from the benchmark's policies with auditpolicy.FromAdmission,
+// the counts into its status. Five are converted from the benchmark's policies with envtestutil.AuditPolicyFor,
 // five are written directly; past ten the list repeats under new names.
 
 const (
@@ -65,7 +65,7 @@ func fromVAP(vapName, category, severity string) func(string) (*v1alpha1.AuditPo
 				continue
 			}
 			policy, binding := p.objects()
-			ap := auditpolicy.FromAdmission(name, policy, binding, v1alpha1.Audit)
+			ap := envtestutil.AuditPolicyFor(name, policy, binding, v1alpha1.Audit)
 			ap.Spec.Category, ap.Spec.Severity = category, severity
 			return ap, nil
 		}

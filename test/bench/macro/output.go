@@ -370,7 +370,7 @@ func apDescription(n int) string {
 		return "no AuditPolicies"
 	}
 	return fmt.Sprintf("**%d AuditPolicies** in Audit over the same resources (5 converted from those policies with "+
-		"`auditpolicy.FromAdmission`, 5 written directly: params by name, by the object's namespace and by label selector, "+
+		"`envtestutil.AuditPolicyFor`, 5 written directly: params by name, by the object's namespace and by label selector, "+
 		"namespace and object selectors, a variable, a matchCondition, two validations, one that errors on some objects; "+
 		"past ten they repeat under new names)", n)
 }

@@ -117,31 +117,31 @@ func expect(t *testing.T, store *results.Store, ns, want string) {
 	})
 }
 
-func startEngine(t *testing.T, cfg *rest.Config, opts scan.Options) (*scan.Engine, *results.Store) {
+func startScanner(t *testing.T, cfg *rest.Config, opts scan.Options) (*scan.Scanner, *results.Store) {
 	t.Helper()
-	return startEngineWith(t, cfg, opts, logr.Discard(), nil)
+	return startScannerWith(t, cfg, opts, logr.Discard(), nil)
 }
 
-func waitSynced(t *testing.T, e *scan.Engine) {
+func waitSynced(t *testing.T, e *scan.Scanner) {
 	t.Helper()
 	envtestutil.Eventually(t, 20*time.Second, func() error {
 		if !e.Synced() {
-			return fmt.Errorf("engine not synced")
+			return fmt.Errorf("scanner not synced")
 		}
 		return nil
 	})
 }
 
-func TestEngineListsPagesAndFollowsChanges(t *testing.T) {
+func TestScannerListsPagesAndFollowsChanges(t *testing.T) {
 	createNamespace(t, "pages")
 	for i := range 5 {
 		createConfigMap(t, "pages", fmt.Sprintf("cm-%d", i), map[string]string{"bad": fmt.Sprint(i%2 == 0)})
 	}
 	counter := &envtestutil.RequestCounter{}
-	engine, store := startEngine(t, counter.Wrap(env.Config), scan.Options{PageSize: 2})
+	scanner, store := startScanner(t, counter.Wrap(env.Config), scan.Options{PageSize: 2})
 	p := &keyPolicy{name: "bad", key: "bad"}
-	engine.SetPolicy(p)
-	waitSynced(t, engine)
+	scanner.SetPolicy(p)
+	waitSynced(t, scanner)
 	expect(t, store, "pages", "bad cm-0=fail,bad cm-1=pass,bad cm-2=fail,bad cm-3=pass,bad cm-4=fail")
 	// Every config map of the cluster is read in pages of two, and no object is fetched on its own.
 	if lists, gets := counter.Get("list", "configmaps"), counter.Get("get", "configmaps"); lists < 3 || gets != 0 {
@@ -161,26 +161,26 @@ func TestEngineListsPagesAndFollowsChanges(t *testing.T) {
 	}
 	expect(t, store, "pages", "bad cm-1=fail,bad cm-2=fail,bad cm-3=pass,bad cm-4=fail")
 
-	engine.RemovePolicy(p.Key())
+	scanner.RemovePolicy(p.Key())
 	expect(t, store, "pages", "")
 }
 
-func TestEnginePolicyChangeEvaluatesOnlyThatPolicy(t *testing.T) {
+func TestScannerPolicyChangeEvaluatesOnlyThatPolicy(t *testing.T) {
 	createNamespace(t, "change")
 	for i := range 4 {
 		createConfigMap(t, "change", fmt.Sprintf("cm-%d", i), map[string]string{"a": "true", "b": fmt.Sprint(i == 0)})
 	}
-	engine, store := startEngine(t, env.Config, scan.Options{})
+	scanner, store := startScanner(t, env.Config, scan.Options{})
 	pa, pb := &keyPolicy{name: "a", key: "a"}, &keyPolicy{name: "b", key: "b"}
-	engine.SetPolicy(pa)
-	engine.SetPolicy(pb)
-	waitSynced(t, engine)
+	scanner.SetPolicy(pa)
+	scanner.SetPolicy(pb)
+	waitSynced(t, scanner)
 	expect(t, store, "change", "a cm-0=fail,a cm-1=fail,a cm-2=fail,a cm-3=fail,b cm-0=fail,b cm-1=pass,b cm-2=pass,b cm-3=pass")
 
 	aCalls := pa.calls.Load()
 	pb2 := &keyPolicy{name: "b", key: "a"} // the same policy, edited: it now checks key a
-	engine.SetPolicy(pb2)
-	waitSynced(t, engine)
+	scanner.SetPolicy(pb2)
+	waitSynced(t, scanner)
 	expect(t, store, "change", "a cm-0=fail,a cm-1=fail,a cm-2=fail,a cm-3=fail,b cm-0=fail,b cm-1=fail,b cm-2=fail,b cm-3=fail")
 	if got := pa.calls.Load(); got != aCalls {
 		t.Fatalf("editing policy b re-evaluated policy a %d times on unchanged objects", got-aCalls)
@@ -219,7 +219,7 @@ func (e *expiringTransport) RoundTrip(req *http.Request) (*http.Response, error)
 	return e.rt.RoundTrip(req)
 }
 
-func TestEngineRelistsAfterWatchExpiry(t *testing.T) {
+func TestScannerRelistsAfterWatchExpiry(t *testing.T) {
 	createNamespace(t, "expiry")
 	for i := range 3 {
 		createConfigMap(t, "expiry", fmt.Sprintf("cm-%d", i), map[string]string{"bad": fmt.Sprint(i == 1)})
@@ -229,20 +229,20 @@ func TestEngineRelistsAfterWatchExpiry(t *testing.T) {
 	cfg := counter.Wrap(env.Config)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { exp.rt = rt; return exp })
 	// Short watches, so that the armed transport answers the next one soon.
-	engine, store := startEngine(t, cfg, scan.Options{Backoff: 100 * time.Millisecond, WatchTimeout: time.Second})
+	scanner, store := startScanner(t, cfg, scan.Options{Backoff: 100 * time.Millisecond, WatchTimeout: time.Second})
 	p := &keyPolicy{name: "bad", key: "bad"}
-	engine.SetPolicy(p)
-	waitSynced(t, engine)
+	scanner.SetPolicy(p)
+	waitSynced(t, scanner)
 	expect(t, store, "expiry", "bad cm-0=pass,bad cm-1=fail,bad cm-2=pass")
 
 	exp.armed.Store(true)
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		if exp.served.Load() == 0 {
-			return fmt.Errorf("the engine has not started a new watch yet")
+			return fmt.Errorf("the scanner has not started a new watch yet")
 		}
 		return nil
 	})
-	// Changes the engine cannot see through its (silent) watch: only the relist can find them.
+	// Changes the scanner cannot see through its (silent) watch: only the relist can find them.
 	before := counter.Get("list", "configmaps")
 	calls := p.calls.Load()
 	if err := env.Client.Delete(context.Background(), &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "expiry", Name: "cm-2"}}); err != nil {
@@ -264,14 +264,14 @@ func TestEngineRelistsAfterWatchExpiry(t *testing.T) {
 	}
 }
 
-func TestEngineReportsUnreadableResource(t *testing.T) {
+func TestScannerReportsUnreadableResource(t *testing.T) {
 	user, err := env.AddUser(envtest.User{Name: "no-rights"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	engine, store := startEngine(t, user.Config(), scan.Options{Backoff: 100 * time.Millisecond})
-	engine.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
-	waitSynced(t, engine) // an unreadable resource must not hold back the reports
+	scanner, store := startScanner(t, user.Config(), scan.Options{Backoff: 100 * time.Millisecond})
+	scanner.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
+	waitSynced(t, scanner) // an unreadable resource must not hold back the reports
 	var got []audit.Result
 	envtestutil.Eventually(t, 10*time.Second, func() error {
 		var err error
@@ -314,22 +314,22 @@ func (p *heldPolicy) Evaluate(ctx context.Context, gvr schema.GroupVersionResour
 
 // A policy removed while one of its evaluations is under way gets no results from it: its results were
 // deleted with it, and the evaluation finishing later must not bring them back.
-func TestEngineDropsResultsOfRemovedPolicy(t *testing.T) {
+func TestScannerDropsResultsOfRemovedPolicy(t *testing.T) {
 	createNamespace(t, "removed")
 	createConfigMap(t, "removed", "cm", map[string]string{"x": "true"})
-	engine, store := startEngine(t, env.Config, scan.Options{})
+	scanner, store := startScanner(t, env.Config, scan.Options{})
 	held := &heldPolicy{keyPolicy: keyPolicy{name: "held", key: "x"}, started: make(chan struct{}), release: make(chan struct{})}
-	engine.SetPolicy(held)
+	scanner.SetPolicy(held)
 	select {
 	case <-held.started:
 	case <-time.After(20 * time.Second):
 		t.Fatal("the policy was never evaluated")
 	}
-	engine.RemovePolicy(held.Key())
+	scanner.RemovePolicy(held.Key())
 	close(held.release)
-	// The evaluation has finished once the engine is synced; a second policy proves results still flow.
+	// The evaluation has finished once the scanner is synced; a second policy proves results still flow.
 	other := &keyPolicy{name: "other", key: "x"}
-	engine.SetPolicy(other)
-	waitSynced(t, engine)
+	scanner.SetPolicy(other)
+	waitSynced(t, scanner)
 	expect(t, store, "removed", "other cm=fail")
 }

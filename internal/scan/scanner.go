@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
-	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -27,7 +27,7 @@ type Sink interface {
 
 var _ Sink = &results.Store{}
 
-// Options tune the engine.
+// Options tune the scanner.
 type Options struct {
 	// PageSize is the limit of each LIST page.
 	PageSize int64
@@ -51,7 +51,7 @@ type Options struct {
 	// PagesInFlight bounds the LIST pages held in memory at once across all resources, which bounds the
 	// operator's peak memory while it reads; default Workers, at least 2.
 	PagesInFlight int
-	// Released starts the engine released (see Engine.Release).
+	// Released starts the scanner released (see Scanner.Release).
 	Released bool
 	// OnReadError, when set, is told about resources that cannot be read (for example a forbidden LIST) and
 	// the keys of the policies covering them, so that the caller can tell users where they look. It is called
@@ -63,8 +63,8 @@ type Options struct {
 	// saying so; no LIST or WATCH of it is ever made. celaudit withholds Secrets unless asked to audit them: a
 	// verdict is one bit about the object it judges, and whoever can read it learns that bit.
 	Withheld map[schema.GroupVersionResource]string
-	// OnSettled, when set, is called when the engine becomes synced (see Engine.Synced): a read ends, or a
-	// watcher stops, and every watcher is then idle. It is called without the engine's locks held, and may be
+	// OnSettled, when set, is called when the scanner becomes synced (see Scanner.Synced): a read ends, or a
+	// watcher stops, and every watcher is then idle. It is called without the scanner's locks held, and may be
 	// called more than once for one settling (reads that end together, a watcher woken with nothing to read).
 	OnSettled func()
 }
@@ -91,8 +91,8 @@ func (o *Options) defaults() {
 	o.MaxBackoff = max(o.MaxBackoff, o.Backoff)
 }
 
-// Engine runs the watchers of every resource some policy covers.
-type Engine struct {
+// Scanner runs the watchers of every resource some policy covers.
+type Scanner struct {
 	client Client
 	sink   Sink
 	opts   Options
@@ -112,15 +112,17 @@ type Engine struct {
 	// rather than stored after its policy's results were deleted.
 	live     sync.RWMutex
 	policies map[audit.PolicyKey]audit.Policy
-	byGVR    map[schema.GroupVersionResource][]audit.Policy // sorted by key; replaced, never modified; written under live too
+	// index is the registered policies by the resources they cover. A change builds the next index before
+	// it takes live and swaps it in under mu and live: readers load it without waiting.
+	index    atomic.Pointer[engine.Set]
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
 }
 
-// New returns an engine that reads with client and writes results to sink. Call Start to run it.
-func New(client Client, sink Sink, log logr.Logger, opts Options) *Engine {
+// NewScanner returns a scanner that reads with client and writes results to sink. Call Start to run it.
+func NewScanner(client Client, sink Sink, log logr.Logger, opts Options) *Scanner {
 	opts.defaults()
-	e := &Engine{
+	s := &Scanner{
 		client:   client,
 		sink:     sink,
 		opts:     opts,
@@ -129,78 +131,78 @@ func New(client Client, sink Sink, log logr.Logger, opts Options) *Engine {
 		pages:    make(chan struct{}, opts.PagesInFlight),
 		released: make(chan struct{}),
 		policies: map[audit.PolicyKey]audit.Policy{},
-		byGVR:    map[schema.GroupVersionResource][]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
 	}
+	s.index.Store(engine.NewSet())
 	if opts.Released {
-		e.Release()
+		s.Release()
 	}
-	return e
+	return s
 }
 
 // Release lets watchers start reading. Until then policies are only registered, so that a start-up that
 // registers many policies over the same resources reads each resource once, with all of them, rather than
-// once per policy. Options.Released makes the engine start released.
-func (e *Engine) Release() { e.release.Do(func() { close(e.released) }) }
+// once per policy. Options.Released makes the scanner start released.
+func (s *Scanner) Release() { s.release.Do(func() { close(s.released) }) }
 
-// Start runs the engine until ctx is done. Policies set before Start begin scanning when it is called.
-func (e *Engine) Start(ctx context.Context) error {
-	e.mu.Lock()
-	e.ctx = ctx
-	for _, w := range e.watchers {
-		e.startLocked(w)
+// Start runs the scanner until ctx is done. Policies set before Start begin scanning when it is called.
+func (s *Scanner) Start(ctx context.Context) error {
+	s.mu.Lock()
+	s.ctx = ctx
+	for _, w := range s.watchers {
+		s.startLocked(w)
 	}
-	e.mu.Unlock()
+	s.mu.Unlock()
 	<-ctx.Done()
-	e.wg.Wait()
+	s.wg.Wait()
 	return nil
 }
 
 // SetPolicy adds or replaces a policy and rescans the objects it covers, evaluating only this policy on
 // objects that did not change since they were last read.
-func (e *Engine) SetPolicy(p audit.Policy) { e.setPolicy(p, true) }
+func (s *Scanner) SetPolicy(p audit.Policy) { s.setPolicy(p, true) }
 
 // ReplacePolicy swaps in a policy whose evaluation is unchanged but whose resources may differ (it was bound
 // again after discovery changed): only resources it did not cover before are scanned, and its results on
 // resources it no longer covers are dropped.
-func (e *Engine) ReplacePolicy(p audit.Policy) { e.setPolicy(p, false) }
+func (s *Scanner) ReplacePolicy(p audit.Policy) { s.setPolicy(p, false) }
 
-func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+func (s *Scanner) setPolicy(p audit.Policy, rescan bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	key := p.Key()
-	e.live.Lock()
-	defer e.live.Unlock()
-	old := e.policies[key]
-	e.policies[key] = p
+	next := s.index.Load().With(p)
+	s.live.Lock()
+	defer s.live.Unlock()
+	old := s.policies[key]
+	s.policies[key] = p
+	s.index.Store(next)
 	want := map[schema.GroupVersionResource]bool{}
 	for _, gvr := range p.Resources() {
 		want[gvr] = true
-		e.indexLocked(gvr, key, p)
 	}
 	had := map[schema.GroupVersionResource]bool{}
 	if old != nil {
 		for _, gvr := range old.Resources() {
 			had[gvr] = true
 			if !want[gvr] {
-				e.indexLocked(gvr, key, nil)
-				e.sink.DeletePolicy(key, gvr)
-				e.releaseLocked(gvr)
+				s.sink.DeletePolicy(key, gvr)
+				s.releaseLocked(gvr)
 			}
 		}
 	}
 	for gvr := range want {
-		if reason, withheld := e.opts.Withheld[gvr]; withheld {
+		if reason, withheld := s.opts.Withheld[gvr]; withheld {
 			// Set on every change of the policy, whose category and severity the result carries.
 			msg := fmt.Sprintf("not audited (%s): %s", ResourceString(gvr), reason)
-			e.sink.Set(key, results.ObjectKey{GVR: gvr}, "", []audit.Result{resourceResult(p, gvr, e.kindOf(gvr), audit.Skip, msg)})
+			s.sink.Set(key, results.ObjectKey{GVR: gvr}, "", []audit.Result{resourceResult(p, gvr, s.kindOf(gvr), audit.Skip, msg)})
 			continue
 		}
-		w := e.watchers[gvr]
+		w := s.watchers[gvr]
 		if w == nil {
-			w = newWatcher(e, gvr)
-			e.watchers[gvr] = w
-			e.startLocked(w)
+			w = newWatcher(s, gvr)
+			s.watchers[gvr] = w
+			s.startLocked(w)
 		}
 		if rescan || !had[gvr] {
 			w.requestRescan(key, "")
@@ -209,20 +211,21 @@ func (e *Engine) setPolicy(p audit.Policy, rescan bool) {
 }
 
 // RemovePolicy removes a policy and every result it produced.
-func (e *Engine) RemovePolicy(key audit.PolicyKey) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p := e.policies[key]
+func (s *Scanner) RemovePolicy(key audit.PolicyKey) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.policies[key]
 	if p == nil {
 		return
 	}
-	e.live.Lock()
-	defer e.live.Unlock()
-	delete(e.policies, key)
-	e.sink.DeletePolicy(key, schema.GroupVersionResource{})
+	next := s.index.Load().Without(key)
+	s.live.Lock()
+	defer s.live.Unlock()
+	delete(s.policies, key)
+	s.index.Store(next)
+	s.sink.DeletePolicy(key, schema.GroupVersionResource{})
 	for _, gvr := range p.Resources() {
-		e.indexLocked(gvr, key, nil)
-		e.releaseLocked(gvr)
+		s.releaseLocked(gvr)
 	}
 }
 
@@ -233,19 +236,19 @@ func (e *Engine) RemovePolicy(key audit.PolicyKey) {
 // Namespace object of that name, whose admission request carries its own name as namespace (so a
 // namespaceSelector and namespace-scoped params apply to it). Other cluster-scoped objects are in no
 // namespace and are left alone.
-func (e *Engine) Rescan(key audit.PolicyKey, namespace string) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	p := e.policies[key]
+func (s *Scanner) Rescan(key audit.PolicyKey, namespace string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.policies[key]
 	if p == nil {
 		return
 	}
 	for _, gvr := range p.Resources() {
-		w := e.watchers[gvr]
+		w := s.watchers[gvr]
 		if w == nil {
 			continue
 		}
-		switch namespaced, known := e.namespaced(gvr); {
+		switch namespaced, known := s.namespaced(gvr); {
 		case namespace == "", !known:
 			w.requestRescan(key, "")
 		case namespaced, isNamespaces(gvr):
@@ -255,19 +258,19 @@ func (e *Engine) Rescan(key audit.PolicyKey, namespace string) {
 }
 
 // namespaced tells whether gvr is namespaced, and whether that is known.
-func (e *Engine) namespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
+func (s *Scanner) namespaced(gvr schema.GroupVersionResource) (namespaced, known bool) {
 	if isNamespaces(gvr) {
 		return false, true
 	}
-	if e.opts.Namespaced == nil {
+	if s.opts.Namespaced == nil {
 		return false, false
 	}
-	return e.opts.Namespaced(gvr)
+	return s.opts.Namespaced(gvr)
 }
 
 // kindOf is the kind of resource gvr, "" when discovery does not tell.
-func (e *Engine) kindOf(gvr schema.GroupVersionResource) string {
-	if f := e.opts.KindFor; f != nil {
+func (s *Scanner) kindOf(gvr schema.GroupVersionResource) string {
+	if f := s.opts.KindFor; f != nil {
 		return f(gvr).Kind
 	}
 	return ""
@@ -280,10 +283,10 @@ func isNamespaces(gvr schema.GroupVersionResource) bool {
 
 // Synced reports whether every watcher has read its resource once and has no rescan pending, i.e. whether
 // the results reflect every object under every registered policy.
-func (e *Engine) Synced() bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for _, w := range e.watchers {
+func (s *Scanner) Synced() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, w := range s.watchers {
 		if !w.idle() {
 			return false
 		}
@@ -291,20 +294,18 @@ func (e *Engine) Synced() bool {
 	return true
 }
 
-// settled calls Options.OnSettled if the engine is synced. The caller holds none of the engine's locks.
-func (e *Engine) settled() {
-	if e.opts.OnSettled != nil && e.Synced() {
-		e.opts.OnSettled()
+// settled calls Options.OnSettled if the scanner is synced. The caller holds none of the scanner's locks.
+func (s *Scanner) settled() {
+	if s.opts.OnSettled != nil && s.Synced() {
+		s.opts.OnSettled()
 	}
 }
 
 // policiesFor returns the policies covering gvr, sorted by key, restricted to keys when keys is not nil. It
 // runs for every watch event, so it reads the index rather than asking every policy for its resources. The
 // unrestricted slice is shared: callers must not modify it.
-func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys policySet) []audit.Policy {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	all := e.byGVR[gvr]
+func (s *Scanner) policiesFor(gvr schema.GroupVersionResource, keys policySet) []audit.Policy {
+	all := s.index.Load().For(gvr)
 	if keys == nil {
 		return all
 	}
@@ -317,50 +318,29 @@ func (e *Engine) policiesFor(gvr schema.GroupVersionResource, keys policySet) []
 	return out
 }
 
-// indexLocked records that p covers gvr under key, or that key no longer does when p is nil. Slices are
-// replaced, never modified, since policiesFor hands them out.
-func (e *Engine) indexLocked(gvr schema.GroupVersionResource, key audit.PolicyKey, p audit.Policy) {
-	cur := e.byGVR[gvr]
-	next := make([]audit.Policy, 0, len(cur)+1)
-	for _, x := range cur {
-		if x.Key() != key {
-			next = append(next, x)
-		}
-	}
-	if p != nil {
-		next = append(next, p)
-		slices.SortFunc(next, audit.ComparePolicies)
-	}
-	if len(next) == 0 {
-		delete(e.byGVR, gvr)
+func (s *Scanner) startLocked(w *watcher) {
+	if s.ctx == nil || w.cancel != nil {
 		return
 	}
-	e.byGVR[gvr] = next
-}
-
-func (e *Engine) startLocked(w *watcher) {
-	if e.ctx == nil || w.cancel != nil {
-		return
-	}
-	ctx, cancel := context.WithCancel(e.ctx)
+	ctx, cancel := context.WithCancel(s.ctx)
 	w.cancel = cancel
-	e.wg.Add(1)
+	s.wg.Add(1)
 	go func() {
-		defer e.wg.Done()
+		defer s.wg.Done()
 		w.run(ctx)
 		if !w.idle() { // it stopped with a read to do: the others may be synced
-			e.settled()
+			s.settled()
 		}
 	}()
 }
 
 // releaseLocked stops the watcher of gvr when no policy covers it any more.
-func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
-	if len(e.byGVR[gvr]) > 0 {
+func (s *Scanner) releaseLocked(gvr schema.GroupVersionResource) {
+	if len(s.index.Load().For(gvr)) > 0 {
 		return
 	}
-	if w := e.watchers[gvr]; w != nil {
-		delete(e.watchers, gvr)
+	if w := s.watchers[gvr]; w != nil {
+		delete(s.watchers, gvr)
 		if w.cancel != nil {
 			w.cancel()
 		}
@@ -369,29 +349,24 @@ func (e *Engine) releaseLocked(gvr schema.GroupVersionResource) {
 
 // evaluate runs policies on obj, through the one evaluation path every front end shares, and hands the
 // results to the sink.
-func (e *Engine) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
+func (s *Scanner) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
 	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
 	o := engine.NewObject(gvr, obj)
 	for _, p := range policies {
 		res := o.Evaluate(ctx, p) // outside the lock: a policy change never waits for an evaluation
-		e.live.RLock()
-		if e.covers(p.Key(), gvr) {
-			e.sink.Set(p.Key(), key, obj.GetNamespace(), res)
+		s.live.RLock()
+		if s.covers(p.Key(), gvr) {
+			s.sink.Set(p.Key(), key, obj.GetNamespace(), res)
 		}
-		e.live.RUnlock()
+		s.live.RUnlock()
 	}
 }
 
 // covers reports whether the policy registered under key covers gvr. A policy replaced by one that covers
 // gvr too keeps its results (a rescan, when one is due, overwrites them); a removed policy, or one that no
 // longer covers gvr, has had its results deleted and must not get them back. The caller holds live.
-func (e *Engine) covers(key audit.PolicyKey, gvr schema.GroupVersionResource) bool {
-	for _, p := range e.byGVR[gvr] {
-		if p.Key() == key {
-			return true
-		}
-	}
-	return false
+func (s *Scanner) covers(key audit.PolicyKey, gvr schema.GroupVersionResource) bool {
+	return s.index.Load().Covers(key, gvr)
 }
 
 // policySet is a set of policy keys.
@@ -405,6 +380,6 @@ func policyStrings(keys []audit.PolicyKey) []string {
 	return out
 }
 
-func (e *Engine) deleteObject(gvr schema.GroupVersionResource, uid types.UID, namespace string) {
-	e.sink.DeleteObject(results.ObjectKey{GVR: gvr, UID: uid}, namespace)
+func (s *Scanner) deleteObject(gvr schema.GroupVersionResource, uid types.UID, namespace string) {
+	s.sink.DeleteObject(results.ObjectKey{GVR: gvr, UID: uid}, namespace)
 }
