@@ -78,7 +78,7 @@ type Operator struct {
 // anything that changes results.
 func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	started := time.Now() // the start of the first audit's duration
-	s, err := o.settings()
+	s, err := o.parse()
 	if err != nil {
 		return nil, err
 	}
@@ -117,8 +117,8 @@ type settings struct {
 	log        logr.Logger
 }
 
-// settings parses and checks the options.
-func (o Options) settings() (settings, error) {
+// parse parses and checks the options.
+func (o Options) parse() (settings, error) {
 	if o.ReadinessInterval <= 0 {
 		return settings{}, fmt.Errorf("--readiness-interval must be positive, got %s", o.ReadinessInterval)
 	}
