@@ -11,7 +11,7 @@ import (
 )
 
 // Notifier collects the namespaces whose results changed and feeds them to the report reconcilers' queues,
-// one per report API. It is also told when the audit may have settled (the scan settled, the start-up gate
+// one per report API. It is also told when the audit may have settled (the scanner settled, the start-up gate
 // opened), which the writes waiting for the first audit or a rescan wait for: each queue then gets every
 // namespace marked dirty. Notify and Recheck never block, so the result store can call Notify under its lock.
 //

@@ -303,7 +303,7 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 	return sc, nil
 }
 
-// newStartup returns the gate that releases the scan once every policy the cluster holds is registered:
+// newStartup returns the gate that releases the scanner once every policy the cluster holds is registered:
 // each resource is then listed once. Its opening is a Recheck of the notifier: with no policy covering any
 // resource, the first audit is done as it opens.
 func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier) *startupGate {
@@ -317,8 +317,8 @@ func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier) *start
 	return startup
 }
 
-// setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the scan
-// engine, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
+// setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the
+// scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
 func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
 	if err := setupCRDs(mgr, o, a.scan, a.startup, a.refresher, a.warnings); err != nil {
 		return nil, err

@@ -9,7 +9,7 @@ import (
 
 // auditProgress answers how far the audit has got: whether it is settled, and whether the first audit is
 // done. Its questions change nothing. The end of the first audit (and its duration metric) is recorded when
-// the notifier's Recheck says that the audit may have settled: the scan settled, or the start-up gate opened.
+// the notifier's Recheck says that the audit may have settled: the scanner settled, or the start-up gate opened.
 type auditProgress struct {
 	startup interface{ Open() bool }
 	scan    interface{ Synced() bool }
@@ -21,7 +21,7 @@ type auditProgress struct {
 	audited atomic.Bool
 }
 
-// newAuditProgress returns the progress of the audit run by the scan, released by the start-up gate, that
+// newAuditProgress returns the progress of the audit run by the scanner, released by the start-up gate, that
 // began at started. Each Recheck of notifier records the first audit's end once it is settled.
 func newAuditProgress(startup interface{ Open() bool }, scan interface{ Synced() bool }, notifier *Notifier,
 	started time.Time, firstAudit prometheus.Gauge) *auditProgress {
@@ -30,7 +30,7 @@ func newAuditProgress(startup interface{ Open() bool }, scan interface{ Synced()
 	return p
 }
 
-// Settled reports whether every policy the cluster held at start-up is registered and the scan has read
+// Settled reports whether every policy the cluster held at start-up is registered and the scanner has read
 // everything they cover, with no rescan pending.
 func (p *auditProgress) Settled() bool { return p.startup.Open() && p.scan.Synced() }
 

@@ -42,8 +42,8 @@ var _ summarizer = &results.Store{}
 //   - Summary, OnChange and OnAudit for other consumers (the status of celaudit's AuditPolicies).
 //
 // It is event-driven: Changed (called through the Notifier on every change of the results and whenever the
-// audit may have settled: the scan settled, the start-up gate opened) wakes it, and it recomputes at most once per Interval. A policy with no
-// results (it covers no object, or was removed) has no summary.
+// audit may have settled: the scanner settled, the start-up gate opened) wakes it, and it recomputes at most
+// once per Interval. A policy with no results (it covers no object, or was removed) has no summary.
 type readiness struct {
 	Results summarizer
 	// Settled reports whether the audit is complete: every policy registered and the scan synced.
