@@ -204,49 +204,70 @@ func (r *auditPolicyReconciler) remove(ctx context.Context, name string, uid typ
 // returns the Enforced condition and the name of the registered policy ("" when none).
 func (r *auditPolicyReconciler) enforce(ctx context.Context, ap *v1alpha1.AuditPolicy, compiles bool, in gateInputs) (metav1.Condition, string, error) {
 	cond := metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse}
-	name := auditpolicy.AdmissionName(ap.Name)
+	if reason, message, err := r.notEnforced(ctx, ap, compiles); err != nil || reason != "" {
+		cond.Reason, cond.Message = reason, message
+		return cond, "", err
+	}
+	d := enforcementGate(in)
+	if !d.register {
+		return r.refused(ctx, ap, cond, d)
+	}
+	return r.registerPair(ctx, ap, cond, d)
+}
+
+// notEnforced returns the reason and message of the Enforced condition when ap's pair is not to be registered
+// whatever the enforcement gate says: enforcement is Audit (the pair is then deleted), celaudit may not
+// register admission policies, or ap does not compile. It returns no reason otherwise.
+func (r *auditPolicyReconciler) notEnforced(ctx context.Context, ap *v1alpha1.AuditPolicy, compiles bool) (reason, message string, err error) {
 	e := ap.EnforcementOrDefault()
 	switch {
 	case e == v1alpha1.Audit:
 		if err := r.deleteRegistered(ctx, ap.Name, ap.UID); err != nil {
-			return cond, "", err
+			return "", "", err
 		}
 		if r.Manage {
 			if err := r.setFinalizer(ctx, ap, false); err != nil {
-				return cond, "", err
+				return "", "", err
 			}
 		}
-		cond.Reason, cond.Message = ReasonAuditOnly, "enforcement is Audit: celaudit audits the policy and nothing is registered with the API server"
-		return cond, "", nil
+		return ReasonAuditOnly, "enforcement is Audit: celaudit audits the policy and nothing is registered with the API server", nil
 	case !r.Manage:
-		cond.Reason = ReasonManagementOff
-		cond.Message = fmt.Sprintf("enforcement is %s, but celaudit runs without --manage-admission-policies: nothing is registered; "+
-			"the policy is audited as if it were (register the ValidatingAdmissionPolicy and binding yourself to enforce it)", e)
-		return cond, "", nil
+		return ReasonManagementOff, fmt.Sprintf("enforcement is %s, but celaudit runs without --manage-admission-policies: nothing is registered; "+
+			"the policy is audited as if it were (register the ValidatingAdmissionPolicy and binding yourself to enforce it)", e), nil
 	case !compiles:
-		cond.Reason = ReasonCompileFailed
-		cond.Message = fmt.Sprintf("the policy does not compile, so it is not registered as %s; a ValidatingAdmissionPolicy %s registered earlier is left as it was", name, name)
-		return cond, "", nil
+		name := auditpolicy.AdmissionName(ap.Name)
+		return ReasonCompileFailed, fmt.Sprintf("the policy does not compile, so it is not registered as %s; a ValidatingAdmissionPolicy %s registered earlier is left as it was", name, name), nil
 	}
-	d := enforcementGate(in)
-	if !d.register {
-		live, err := r.liveActions(ctx, ap)
-		if err != nil {
-			return cond, "", err
-		}
-		cond.Reason = ReasonNotSafeToEnforce
-		left, registered := "nothing is registered", ""
-		if live != nil {
-			left, registered = fmt.Sprintf("the registered pair %s is left as it is, with validationActions %v", name, live), name
-		}
-		cond.Message = fmt.Sprintf("enforcement is %s, but the pair is not registered with it: %s; %s. To register it anyway, set spec.enforcementOverride.reason", e, d.why, left)
-		return cond, registered, nil
+	return "", "", nil
+}
+
+// refused returns the Enforced condition of ap when the enforcement gate refuses its pair (decision d): the
+// pair registered earlier, if any, is left as it is, and its name returned.
+func (r *auditPolicyReconciler) refused(ctx context.Context, ap *v1alpha1.AuditPolicy, cond metav1.Condition, d gateDecision) (metav1.Condition, string, error) {
+	live, err := r.liveActions(ctx, ap)
+	if err != nil {
+		return cond, "", err
 	}
+	name := auditpolicy.AdmissionName(ap.Name)
+	cond.Reason = ReasonNotSafeToEnforce
+	left, registered := "nothing is registered", ""
+	if live != nil {
+		left, registered = fmt.Sprintf("the registered pair %s is left as it is, with validationActions %v", name, live), name
+	}
+	cond.Message = fmt.Sprintf("enforcement is %s, but the pair is not registered with it: %s; %s. To register it anyway, set spec.enforcementOverride.reason",
+		ap.EnforcementOrDefault(), d.why, left)
+	return cond, registered, nil
+}
+
+// registerPair registers ap's pair with the API server, as the enforcement gate allows (decision d), and
+// returns the Enforced condition and the name of the registered policy.
+func (r *auditPolicyReconciler) registerPair(ctx context.Context, ap *v1alpha1.AuditPolicy, cond metav1.Condition, d gateDecision) (metav1.Condition, string, error) {
 	// The finalizer is on before anything is registered: deleting the AuditPolicy then removes the pair,
 	// with or without a garbage collector.
 	if err := r.setFinalizer(ctx, ap, true); err != nil {
 		return cond, "", err
 	}
+	name, e := auditpolicy.AdmissionName(ap.Name), ap.EnforcementOrDefault()
 	want := auditpolicy.Owned(ap, r.Exemptions)
 	if taken, err := r.apply(ctx, want.Policy, &admissionregistrationv1.ValidatingAdmissionPolicy{}, ap); err != nil || taken {
 		return registerFailure(cond, "ValidatingAdmissionPolicy", name, taken, err), "", nil

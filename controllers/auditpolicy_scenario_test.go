@@ -201,6 +201,8 @@ func TestAuditPolicyLifecycleScenario(t *testing.T) {
 	if got, err := registered("apl-owner"); err != nil || got {
 		t.Fatalf("an Audit policy is registered with the API server: %v %v", got, err)
 	}
+	// Its readiness is told on the AuditPolicy, as on a ValidatingAdmissionPolicy or a CRD.
+	expectEvent(t, "apl-owner", corev1.EventTypeWarning, "NotSafeToEnforce", "2 of 3 matched objects violate the policy")
 
 	// Deny by hand, with violations: judged again (the violations are now fail results) and not registered.
 	update(t, ap, func(ap *v1alpha1.AuditPolicy) { ap.Spec.Enforcement = v1alpha1.Deny })
@@ -245,6 +247,7 @@ func TestAuditPolicyLifecycleScenario(t *testing.T) {
 	if c := condition(ap, v1alpha1.ConditionSafeToEnforce); !strings.Contains(c.Message, "3 matched objects") {
 		t.Errorf("SafeToEnforce message %q", c.Message)
 	}
+	expectEvent(t, "apl-owner", corev1.EventTypeNormal, "SafeToEnforce", "0 of 3 matched objects violate the policy")
 
 	// A broken expression: Compiled=False with the compiler's message, an Event, no results; the
 	// registered pair stays as it was.

@@ -12,25 +12,9 @@ import (
 	"github.com/celaudit/celaudit/internal/results"
 )
 
-// Reasons of the AuditPolicy conditions and Events.
 const (
-	ReasonCompiled        = "Compiled"
-	ReasonAuditOnly       = "AuditOnly"
-	ReasonRegistered      = "Registered"
-	ReasonRegisterFailed  = "RegisterFailed"
-	ReasonNameTaken       = "NameTaken"
-	ReasonManagementOff   = "ManagementDisabled"
-	ReasonNoViolations    = results.SafetyNoViolations
-	ReasonViolations      = results.SafetyViolations
-	ReasonAuditPending    = results.SafetyAuditPending
-	ReasonPromoted        = "Promoted"
-	ReasonPromotionFailed = "PromotionFailed"
-	// ReasonRegisteredWithOverride: the pair is registered although the enforcement gate would refuse it,
-	// because spec.enforcementOverride says so (the Enforced condition, and a Warning Event once per
-	// generation). A refused pair has the Enforced reason ReasonNotSafeToEnforce.
-	ReasonRegisteredWithOverride = "RegisteredWithOverride"
-	maxConditionMessage          = 4096
-	topViolatingNamespaces       = 10
+	maxConditionMessage    = 4096
+	topViolatingNamespaces = 10
 )
 
 // auditPolicyObservation is what the reconciler gathered about one AuditPolicy: the inputs of its status.

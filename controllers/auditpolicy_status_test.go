@@ -52,8 +52,8 @@ func TestDesiredStatus(t *testing.T) {
 	enforced := metav1.Condition{Type: v1alpha1.ConditionEnforced, Status: metav1.ConditionFalse, Reason: ReasonAuditOnly, Message: "m"}
 	violating := results.Summary{Matched: 5, Violating: 2, Pass: 3, Fail: 1, Warn: 1, Skip: 1, Namespaces: map[string]int{"b": 1, "a": 1}}
 	clean := results.Summary{Matched: 5, Pass: 5}
-	unsafe := results.Safety{Status: metav1.ConditionFalse, Reason: ReasonViolations, Message: "2 of 5 violate"}
-	safe := results.Safety{Status: metav1.ConditionTrue, Reason: ReasonNoViolations, Message: "none of 5 violates"}
+	unsafe := results.Safety{Status: metav1.ConditionFalse, Reason: "Violations", Message: "2 of 5 violate"}
+	safe := results.Safety{Status: metav1.ConditionTrue, Reason: "NoViolations", Message: "none of 5 violates"}
 	skipped := results.Safety{Status: metav1.ConditionUnknown, Reason: results.SafetySkipped, Message: "skips"}
 	for _, tc := range []struct {
 		name string
@@ -70,7 +70,7 @@ func TestDesiredStatus(t *testing.T) {
 		{
 			name: "first complete audit with violations", ap: auditPolicyAt(1),
 			obs:     auditPolicyObservation{enforced: enforced, summary: violating, complete: true, at: t0, safety: unsafe},
-			matched: 5, fail: 1, warn: 1, violations: 2, safe: metav1.ConditionFalse, reason: ReasonViolations, since: t1,
+			matched: 5, fail: 1, warn: 1, violations: 2, safe: metav1.ConditionFalse, reason: "Violations", since: t1,
 			compiled: metav1.ConditionTrue, top: []v1alpha1.NamespaceViolations{{Namespace: "a", Violations: 1}, {Namespace: "b", Violations: 1}},
 		},
 		{
@@ -80,31 +80,31 @@ func TestDesiredStatus(t *testing.T) {
 		},
 		{
 			name: "audit in progress keeps the last complete answer of this generation",
-			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, ReasonNoViolations, 2, t0), withCounts(5, 0)),
+			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, "NoViolations", 2, t0), withCounts(5, 0)),
 			obs:  auditPolicyObservation{enforced: enforced, summary: violating, complete: false, at: t1},
-			safe: metav1.ConditionTrue, reason: ReasonNoViolations, since: t0, matched: 5, compiled: metav1.ConditionTrue,
+			safe: metav1.ConditionTrue, reason: "NoViolations", since: t0, matched: 5, compiled: metav1.ConditionTrue,
 		},
 		{
 			name: "a new generation is pending until its own audit",
-			ap:   auditPolicyAt(3, withSafe(metav1.ConditionTrue, ReasonNoViolations, 2, t0), withCounts(5, 0)),
+			ap:   auditPolicyAt(3, withSafe(metav1.ConditionTrue, "NoViolations", 2, t0), withCounts(5, 0)),
 			obs:  auditPolicyObservation{enforced: enforced, summary: clean, complete: false, at: t1},
 			safe: metav1.ConditionUnknown, reason: ReasonAuditPending, since: t1, matched: 5, compiled: metav1.ConditionTrue,
 		},
 		{
 			name: "still safe: the transition time stays",
-			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, ReasonNoViolations, 2, t0)),
+			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, "NoViolations", 2, t0)),
 			obs:  auditPolicyObservation{enforced: enforced, summary: clean, complete: true, at: t1, safety: safe},
-			safe: metav1.ConditionTrue, reason: ReasonNoViolations, since: t0, matched: 5, compiled: metav1.ConditionTrue,
+			safe: metav1.ConditionTrue, reason: "NoViolations", since: t0, matched: 5, compiled: metav1.ConditionTrue,
 		},
 		{
 			name: "judged nothing for sure: unknown with the audit's reason",
-			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, ReasonNoViolations, 2, t0)),
+			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, "NoViolations", 2, t0)),
 			obs:  auditPolicyObservation{enforced: enforced, summary: results.Summary{Matched: 5, Skip: 5}, complete: true, at: t1, safety: skipped},
 			safe: metav1.ConditionUnknown, reason: results.SafetySkipped, since: t1, matched: 5, compiled: metav1.ConditionTrue,
 		},
 		{
 			name: "does not compile: no counts, not safe",
-			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, ReasonNoViolations, 2, t0), withCounts(5, 0)),
+			ap:   auditPolicyAt(2, withSafe(metav1.ConditionTrue, "NoViolations", 2, t0), withCounts(5, 0)),
 			obs:  auditPolicyObservation{problems: []string{"spec.validations[0].expression: bad"}, enforced: enforced, summary: clean, complete: true, at: t1, safety: safe},
 			safe: metav1.ConditionFalse, reason: ReasonCompileFailed, since: t1, compiled: metav1.ConditionFalse,
 		},

@@ -13,11 +13,13 @@
 //
 // Beside them, readiness keeps each policy's summary at the last complete audit, for the per-policy metrics
 // and the SafeToEnforce Events (readiness.go), and warnings records the Warning Events of policies, CRDs and
-// bindings that cannot be audited as written (warnings.go).
+// bindings that cannot be audited as written (warnings.go). reasons.go declares the reason of every Event and
+// AuditPolicy condition.
 //
 // The reconcilers gather inputs from the manager's cache and hand them to the pure packages under
 // internal/: compilation and evaluation in internal/engine (the path every front end shares), the
 // cluster views policies read in internal/views, reading and evaluating audited objects in internal/scan,
 // results in internal/results and report building in internal/report. Options (options.go) are the
-// operator's settings and flags; operator.go lists the wiring steps.
+// operator's settings and flags; NewOperator (operator.go) makes each part in the order of their
+// dependencies, each step taking what it needs and returning what it makes.
 package controllers

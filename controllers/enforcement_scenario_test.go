@@ -122,7 +122,7 @@ func TestPromotionNeedsJudgedObjects(t *testing.T) {
 		if ap.Spec.Enforcement != v1alpha1.Deny {
 			return fmt.Errorf("enforcement %s", ap.Spec.Enforcement)
 		}
-		return both(safeToEnforceIs(metav1.ConditionTrue, controllers.ReasonNoViolations), enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered))(ap)
+		return both(safeToEnforceIs(metav1.ConditionTrue, "NoViolations"), enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered))(ap)
 	})
 	expectRegistered(t, "pnj-clean", true)
 

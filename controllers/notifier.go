@@ -11,16 +11,19 @@ import (
 )
 
 // Notifier collects the namespaces whose results changed and feeds them to the report reconcilers' queues,
-// one per report API. It is also told when the writes waiting for the first audit or a rescan may go: each
-// queue then gets every namespace marked dirty. Notify and Recheck never block, so the result store can call
-// Notify under its lock.
+// one per report API. It is also told when the audit may have settled (the scanner settled, the start-up gate
+// opened), which the writes waiting for the first audit or a rescan wait for: each queue then gets every
+// namespace marked dirty. Notify and Recheck never block, so the result store can call Notify under its lock.
+//
+// It is made before anything that changes results, so what follows the audit (readiness, the first audit's
+// end, the removal of retired reports) subscribes to it with OnNotify and OnRecheck once it is made.
 type Notifier struct {
 	mu sync.Mutex
 	// subscribers are the queues fed, one per Source: each takes the changes on its own, so a reconciler
 	// that falls behind does not hold another back.
 	subscribers []*subscriber
-	// onRecheck are called on each Recheck.
-	onRecheck []func()
+	// onNotify are called on each Notify, onRecheck on each Recheck.
+	onNotify, onRecheck []func()
 }
 
 // subscriber is what one Source has yet to take.
@@ -42,6 +45,18 @@ func (n *Notifier) Notify(namespace string) {
 		s.dirty[namespace] = struct{}{}
 		s.wake()
 	}
+	calls := n.onNotify
+	n.mu.Unlock()
+	for _, f := range calls {
+		f()
+	}
+}
+
+// OnNotify registers f to be called on each Notify: what follows every change of the results learns it then.
+// The result store calls Notify under its lock, so f must not block.
+func (n *Notifier) OnNotify(f func()) {
+	n.mu.Lock()
+	n.onNotify = append(n.onNotify, f)
 	n.mu.Unlock()
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -73,315 +72,408 @@ type Operator struct {
 	collectors []prometheus.Collector
 }
 
-// NewOperator wires celaudit: the manager, the result store, the scanner and every reconciler.
+// NewOperator wires celaudit, as a kubebuilder main does: each step takes what it needs and returns what it
+// makes, so the order below is the order of their dependencies. Those who wait for the audit's progress (the
+// report reconcilers, readiness, the first audit's end) learn it from the Notifier, which exists before
+// anything that changes results.
 func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
-	w := &wiring{opts: o, cfg: rest.CopyConfig(cfg), created: time.Now(), metrics: newAuditMetrics()}
-	w.register(w.metrics.collectors()...)
-	for _, step := range []func() error{
-		w.newManager,         // the manager and its cache: policies, params, namespaces and celaudit's own reports
-		w.newStore,           // the current results, and what tells the report reconciler which namespaces changed
-		w.newScan,            // discovery, and the scanner that reads audited resources and evaluates their objects
-		w.setupCRDs,          // one compiled policy per audited CRD
-		w.setupVAPs,          // one bound policy per ValidatingAdmissionPolicy, its params and bindings
-		w.learnExemptions,    // who celaudit is, and what no pair it registers may deny
-		w.setupAuditPolicies, // one bound policy per AuditPolicy, and its admission policy in Warn and Deny
-		w.setupNamespaces,    // rescans within a namespace whose labels changed
-		w.setupReports,       // the reports, in each API --report-api selects, written when the results change
-		w.setupReadiness,     // each policy's summary at the last complete audit: metrics and readiness Events
-		w.addChecks,          // health, and readiness once the first audit is done
-	} {
-		if err := step(); err != nil {
-			return nil, err
-		}
+	started := time.Now() // the start of the first audit's duration
+	s, err := o.parse()
+	if err != nil {
+		return nil, err
 	}
-	return &Operator{Manager: w.mgr, Settled: w.settled, Results: w.store, readiness: w.readiness, collectors: w.collectors}, nil
+	cfg = clientConfig(cfg, o)
+	mgr, err := newManager(cfg, o, s)
+	if err != nil {
+		return nil, err
+	}
+	a, err := newAudit(cfg, mgr, o, s, started)
+	if err != nil {
+		return nil, err
+	}
+	ready, err := setupPolicies(cfg, mgr, o, s, a)
+	if err != nil {
+		return nil, err
+	}
+	writes := newReportWrites()
+	if err := setupReports(mgr, o, s, a, writes); err != nil {
+		return nil, err
+	}
+	if err := addChecks(mgr, a.progress); err != nil {
+		return nil, err
+	}
+	collectors := register(append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))...)
+	return &Operator{Manager: mgr, Settled: a.progress.Settled, Results: a.store, readiness: ready, collectors: collectors}, nil
 }
 
-// register registers the operator's metrics. Registration fails when several operators share a process
-// (tests); the registry then keeps the first one's.
-func (w *wiring) register(cs ...prometheus.Collector) {
-	for _, c := range cs {
-		_ = metrics.Registry.Register(c)
-		w.collectors = append(w.collectors, c)
-	}
-}
-
-// wiring holds the parts of an operator while NewOperator connects them.
-type wiring struct {
-	opts     Options
-	cfg      *rest.Config
-	log      logr.Logger
+// settings are the options NewOperator parses before it makes anything, so that a wrong flag fails at once.
+type settings struct {
+	// verdicts are those listed in reports (--report-results).
 	verdicts []audit.Verdict
-	mgr      ctrl.Manager
-	events   EventRecorder
-	compiler engine.Compiler // the apiserver's defaults, as every front end compiles
-
-	store   *results.Store
-	metrics *auditMetrics
-	// collectors are the metrics registered so far.
-	collectors []prometheus.Collector
-	created    time.Time // when NewOperator began: the start of the first audit's duration
-	notifier   *Notifier
-	readiness  *readiness
-	warnings   *warnings
-	discovery  *views.Discovery
-	refresher  *views.Refresher
-	scan       *scan.Scanner
-	startup    *startupGate
-	vaps       *vapReconciler
-	audited    atomic.Bool // the first audit is done
-	// auditPolicies says whether the AuditPolicy CRD is installed.
-	auditPolicies bool
-	// exemptions are what every AuditPolicy's audit and registered pair leave out.
-	exemptions auditpolicy.Exemptions
 	// reportAPIs are the APIs reports are written in (--report-api).
 	reportAPIs []reportAPI
+	// exemptions are those the --exempt-* flags add to the built-in ones.
+	exemptions auditv1alpha1.Exemptions
+	log        logr.Logger
 }
 
-func (w *wiring) newManager() error {
-	var err error
-	if w.verdicts, err = w.opts.verdicts(); err != nil {
-		return err
+// parse parses and checks the options.
+func (o Options) parse() (settings, error) {
+	if o.ReadinessInterval <= 0 {
+		return settings{}, fmt.Errorf("--readiness-interval must be positive, got %s", o.ReadinessInterval)
 	}
-	if w.reportAPIs, err = parseReportAPIs(w.opts.ReportAPI); err != nil {
-		return err
+	verdicts, err := o.verdicts()
+	if err != nil {
+		return settings{}, err
 	}
-	if err := w.checkReportCRDs(); err != nil {
-		return err
+	apis, err := parseReportAPIs(o.ReportAPI)
+	if err != nil {
+		return settings{}, err
+	}
+	exemptions, err := o.exemptions()
+	if err != nil {
+		return settings{}, err
+	}
+	log := o.Logger
+	if log.GetSink() == nil {
+		log = ctrl.Log
+	}
+	return settings{verdicts: verdicts, reportAPIs: apis, exemptions: exemptions, log: log}, nil
+}
+
+// clientConfig returns a copy of cfg with the client limits of the options.
+func clientConfig(cfg *rest.Config, o Options) *rest.Config {
+	cfg = rest.CopyConfig(cfg)
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	return cfg
+}
+
+// register registers the operator's metrics and returns them. Registration fails when several operators
+// share a process (tests); the registry then keeps the first one's.
+func register(cs ...prometheus.Collector) []prometheus.Collector {
+	for _, c := range cs {
+		_ = metrics.Registry.Register(c)
+	}
+	return cs
+}
+
+// newManager makes the manager and its cache: policies, params, namespaces and celaudit's own reports of the
+// APIs written, which must be served.
+func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
+	if err := checkReportCRDs(cfg, o.ReportAPI, s.reportAPIs); err != nil {
+		return nil, err
 	}
 	// Only our own reports are cached, of the APIs written: other tools' reports can be large and are none
 	// of our business. Ours are kept compacted: a digest of their content instead of their results.
 	reports := map[client.Object]cache.ByObject{}
-	for _, api := range w.reportAPIs {
-		for _, o := range api.objects() {
-			reports[o] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: report.ForCache}
+	for _, api := range s.reportAPIs {
+		for _, obj := range api.objects() {
+			reports[obj] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: report.ForCache}
 		}
 	}
-	w.cfg.QPS, w.cfg.Burst = w.opts.QPS, w.opts.Burst
-	w.log = w.opts.Logger
-	if w.log.GetSink() == nil {
-		w.log = ctrl.Log
-	}
-	w.mgr, err = ctrl.NewManager(w.cfg, ctrl.Options{
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                  Scheme(),
-		Logger:                  w.log,
-		Metrics:                 w.opts.metricsServer(),
-		HealthProbeBindAddress:  w.opts.ProbeAddr,
-		LeaderElection:          w.opts.LeaderElect,
+		Logger:                  s.log,
+		Metrics:                 o.metricsServer(),
+		HealthProbeBindAddress:  o.ProbeAddr,
+		LeaderElection:          o.LeaderElect,
 		LeaderElectionID:        "celaudit.celaudit.io",
-		LeaderElectionNamespace: w.opts.LeaderElectionNS,
+		LeaderElectionNamespace: o.LeaderElectionNS,
 		Cache: cache.Options{
 			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
 			// managedFields, often the largest part of a small object.
 			DefaultTransform: cache.TransformStripManagedFields(),
 			ByObject:         reports,
 		},
-		PprofBindAddress: w.opts.PprofAddr,
+		PprofBindAddress: o.PprofAddr,
 	})
 	if err != nil {
-		return fmt.Errorf("creating manager: %w", err)
+		return nil, fmt.Errorf("creating manager: %w", err)
 	}
-	w.events = w.mgr.GetEventRecorder("celaudit")
-	w.warnings = &warnings{Recorder: w.events}
-	if w.auditPolicies, err = served(w.mgr.GetRESTMapper(), auditv1alpha1.GroupVersion.WithKind("AuditPolicy")); err != nil {
-		return err
-	}
-	if !w.auditPolicies {
-		w.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
-	}
-	return nil
+	return mgr, nil
 }
 
 // checkReportCRDs fails unless the API server serves the report kinds of every API written. It runs before
 // the manager is made, whose cache would otherwise fail on them with a bare "no matches for kind"; an
 // informer of a kind not served would only log errors, and reports would never be written.
-func (w *wiring) checkReportCRDs() error {
-	httpClient, err := rest.HTTPClientFor(w.cfg)
+func checkReportCRDs(cfg *rest.Config, flag string, apis []reportAPI) error {
+	httpClient, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return fmt.Errorf("creating HTTP client: %w", err)
 	}
-	mapper, err := apiutil.NewDynamicRESTMapper(w.cfg, httpClient)
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, httpClient)
 	if err != nil {
 		return fmt.Errorf("creating REST mapper: %w", err)
 	}
-	for _, api := range w.reportAPIs {
-		if err := checkInstalled(mapper, w.opts.ReportAPI, api); err != nil {
+	for _, api := range apis {
+		if err := checkInstalled(mapper, flag, api); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (w *wiring) newStore() error {
-	w.notifier = NewNotifier()
-	w.readiness = newReadiness(nil, w.settled, w.mgr.GetClient(), w.events, w.opts.ReadinessInterval, w.log.WithName("readiness"))
-	// The report reconciler and readiness both follow the results.
-	changed := func(namespace string) {
-		w.notifier.Notify(namespace)
-		w.readiness.Changed()
-	}
-	w.store = results.NewStore(changed, results.KeepPasses(slices.Contains(w.verdicts, audit.Pass)))
-	w.readiness.Results = w.store
-	return nil
+// auditParts are what reads and evaluates the audited objects, keeps their results and tells how far the
+// audit got. newAudit makes them all at once; the steps after it only read them.
+type auditParts struct {
+	events   EventRecorder
+	warnings *warnings
+	metrics  *auditMetrics
+	// notifier tells the report reconcilers which namespaces changed, and those waiting for the audit that
+	// it may have settled.
+	notifier  *Notifier
+	store     *results.Store
+	discovery *views.Discovery
+	refresher *views.Refresher
+	scan      *scan.Scanner
+	startup   *startupGate
+	progress  *auditProgress
+	// auditPolicies says whether the AuditPolicy CRD is installed.
+	auditPolicies bool
 }
 
-func (w *wiring) newScan() error {
-	disc, err := discovery.NewDiscoveryClientForConfig(w.cfg)
+// newAudit makes the result store, discovery, the scanner that reads the audited resources and
+// evaluates their objects, the start-up gate that holds it back until every policy is registered, and what
+// answers how far the audit got. started is when the first audit began.
+func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started time.Time) (*auditParts, error) {
+	auditPolicies, err := served(mgr.GetRESTMapper(), auditv1alpha1.GroupVersion.WithKind("AuditPolicy"))
 	if err != nil {
-		return fmt.Errorf("creating discovery client: %w", err)
+		return nil, err
 	}
-	w.discovery = views.NewDiscovery(disc)
-	w.refresher = &views.Refresher{Discovery: w.discovery, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond, Log: w.log.WithName("discovery")}
-	if err := w.mgr.Add(w.refresher); err != nil {
-		return fmt.Errorf("adding discovery refresher: %w", err)
+	if !auditPolicies {
+		s.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
 	}
-	reader, err := scan.NewClient(w.cfg, w.mgr.GetHTTPClient())
+	events := mgr.GetEventRecorder("celaudit")
+	m := newAuditMetrics()
+	notifier := NewNotifier()
+	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(s.verdicts, audit.Pass)))
+	disc, refresher, err := newDiscovery(cfg, mgr, s.log)
 	if err != nil {
-		return fmt.Errorf("creating the audit client: %w", err)
+		return nil, err
 	}
-	readErrors := &readErrorEvents{Reader: w.mgr.GetClient(), Recorder: w.events, Log: w.log.WithName("events")}
-	timed := timedClient{Client: reader, metrics: w.metrics, now: time.Now}
-	w.scan = scan.NewScanner(timed, countingSink{Sink: w.store, metrics: w.metrics}, w.log.WithName("scan"), scan.Options{
-		PageSize:    w.opts.PageSize,
-		Workers:     w.opts.Workers,
-		Backoff:     w.opts.ReadBackoff,
-		Namespaced:  w.discovery.Namespaced,
-		KindFor:     w.discovery.KindFor,
-		Withheld:    w.opts.withheldResources(),
+	readErrors := &readErrorEvents{Reader: mgr.GetClient(), Recorder: events, Log: s.log.WithName("events")}
+	sc, err := newScan(cfg, mgr, o, s.log, countingSink{Sink: store, metrics: m}, m, disc, readErrors, notifier)
+	if err != nil {
+		return nil, err
+	}
+	startup := newStartup(auditPolicies, sc, notifier)
+	return &auditParts{
+		events: events, warnings: &warnings{Recorder: events}, metrics: m, notifier: notifier, store: store,
+		discovery: disc, refresher: refresher, scan: sc, startup: startup, auditPolicies: auditPolicies,
+		progress: newAuditProgress(startup, sc, notifier, started, m.firstAudit),
+	}, nil
+}
+
+// newDiscovery returns the served resources, and what refreshes them (added to mgr).
+func newDiscovery(cfg *rest.Config, mgr ctrl.Manager, log logr.Logger) (*views.Discovery, *views.Refresher, error) {
+	client, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("creating discovery client: %w", err)
+	}
+	disc := views.NewDiscovery(client)
+	refresher := &views.Refresher{Discovery: disc, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond, Log: log.WithName("discovery")}
+	if err := mgr.Add(refresher); err != nil {
+		return nil, nil, fmt.Errorf("adding discovery refresher: %w", err)
+	}
+	return disc, refresher, nil
+}
+
+// newScan returns the scanner (added to mgr), which reads the audited resources, evaluates their objects
+// and hands the results to sink. Its settling is a Recheck of the notifier: report writes held back for the
+// first audit or a rescan go then, and readiness is decided.
+func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sink scan.Sink, m *auditMetrics,
+	disc *views.Discovery, readErrors *readErrorEvents, notifier *Notifier) (*scan.Scanner, error) {
+	reader, err := scan.NewClient(cfg, mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("creating the audit client: %w", err)
+	}
+	sc := scan.NewScanner(timedClient{Client: reader, metrics: m, now: time.Now}, sink, log.WithName("scan"), scan.Options{
+		PageSize:    o.PageSize,
+		Workers:     o.Workers,
+		Backoff:     o.ReadBackoff,
+		Namespaced:  disc.Namespaced,
+		KindFor:     disc.KindFor,
+		Withheld:    o.withheldResources(),
 		OnReadError: readErrors.ReadError,
-		OnSettled: func() {
-			w.firstAuditDone() // records the first audit's duration
-			// Report writes held back for the first audit or a rescan go once it ends.
-			w.notifier.Recheck()
-			// Readiness is decided at complete audits.
-			w.readiness.Changed()
-		},
+		OnSettled:   notifier.Recheck,
 	})
-	if err := w.mgr.Add(w.scan); err != nil {
-		return fmt.Errorf("adding the scanner: %w", err)
+	if err := mgr.Add(sc); err != nil {
+		return nil, fmt.Errorf("adding the scanner: %w", err)
 	}
-	// Reading starts once every policy the cluster holds is registered: each resource is then listed once.
+	return sc, nil
+}
+
+// newStartup returns the gate that releases the scanner once every policy the cluster holds is registered:
+// each resource is then listed once. Its opening is a Recheck of the notifier: with no policy covering any
+// resource, the first audit is done as it opens.
+func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier) *startupGate {
 	sources := []audit.PolicySource{audit.SourceCRD, audit.SourceVAP}
-	if w.auditPolicies {
+	if auditPolicies {
 		sources = append(sources, audit.SourceAuditPolicy)
 	}
-	w.startup = newStartupGate(sources...)
-	w.startup.OnOpen(w.scan.Release)
-	// With no policy covering any resource, the first audit is done as the gate opens.
-	w.startup.OnOpen(w.notifier.Recheck)
-	w.startup.OnOpen(w.readiness.Changed)
-	return nil
+	startup := newStartupGate(sources...)
+	startup.OnOpen(sc.Release)
+	startup.OnOpen(notifier.Recheck)
+	return startup
 }
 
-func (w *wiring) setupCRDs() error {
-	excluded := w.opts.excludedGroups()
+// setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the
+// scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
+func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
+	if err := setupCRDs(mgr, o, a.scan, a.startup, a.refresher, a.warnings); err != nil {
+		return nil, err
+	}
+	vaps, err := setupVAPs(cfg, mgr, o, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
+	if err != nil {
+		return nil, err
+	}
+	ready, err := setupReadiness(mgr, o, s.log, a.store, a.progress, vaps, a.events, a.notifier)
+	if err != nil {
+		return nil, err
+	}
+	if a.auditPolicies {
+		if err := setupAuditPolicies(mgr, o, s, vaps, ready, a); err != nil {
+			return nil, err
+		}
+	}
+	if err := setupNamespaces(mgr, o, a.scan, vaps); err != nil {
+		return nil, err
+	}
+	return ready, nil
+}
+
+// setupCRDs sets up the reconciler that compiles one policy per audited CRD.
+func setupCRDs(mgr ctrl.Manager, o Options, registry policyRegistry, startup *startupGate, refresher *views.Refresher, warnings *warnings) error {
+	excluded := o.excludedGroups()
 	err := (&crdReconciler{
-		Client:   w.mgr.GetClient(),
-		Registry: w.scan,
-		Compile:  w.compiler.CRD,
+		Client:   mgr.GetClient(),
+		Registry: registry,
+		Compile:  engine.Compiler{}.CRD, // the apiserver's defaults, as every front end compiles
 		Audited:  func(crd *apiextensionsv1.CustomResourceDefinition) bool { return !excluded[crd.Spec.Group] },
-		Resync:   w.opts.ResyncPeriod,
-		Startup:  w.startup,
-		Changed:  w.refresher.Trigger,
-		Warnings: w.warnings,
-	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
+		Resync:   o.ResyncPeriod,
+		Startup:  startup,
+		Changed:  refresher.Trigger,
+		Warnings: warnings,
+	}).SetupWithManager(mgr, controllerOptions(o, o.Workers))
 	if err != nil {
 		return fmt.Errorf("setting up CRD controller: %w", err)
 	}
 	return nil
 }
 
-func (w *wiring) setupVAPs() error {
-	namespaces, err := newCachedNamespaces(w.mgr.GetCache())
+// setupVAPs sets up the reconciler that binds one policy per ValidatingAdmissionPolicy, and the params it
+// reads; it returns the reconciler, through which AuditPolicies are registered too.
+func setupVAPs(cfg *rest.Config, mgr ctrl.Manager, o Options, registry policyRegistry, disc *views.Discovery,
+	startup *startupGate, warnings *warnings, auditPolicies bool) (*vapReconciler, error) {
+	namespaces, err := newCachedNamespaces(mgr.GetCache())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	dyn, err := dynamic.NewForConfigAndClient(w.cfg, w.mgr.GetHTTPClient())
+	dyn, err := dynamic.NewForConfigAndClient(cfg, mgr.GetHTTPClient())
 	if err != nil {
-		return fmt.Errorf("creating dynamic client: %w", err)
+		return nil, fmt.Errorf("creating dynamic client: %w", err)
 	}
-	compile := w.compiler.VAPAs
-	if hold := w.opts.beforeVAPCompile; hold != nil {
-		compile = func(key audit.PolicyKey, p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
-			hold(p.Name)
-			return w.compiler.VAPAs(key, p)
-		}
-	}
-	w.vaps = &vapReconciler{
-		Client:     w.mgr.GetClient(),
-		Registry:   w.scan,
-		Discovery:  w.discovery,
+	r := &vapReconciler{
+		Client:     mgr.GetClient(),
+		Registry:   registry,
+		Discovery:  disc,
 		Namespaces: namespaces,
-		Compile:    compile,
-		Resync:     w.opts.ResyncPeriod,
-		Startup:    w.startup,
-		Warnings:   w.warnings,
+		Compile:    vapCompiler(o),
+		Resync:     o.ResyncPeriod,
+		Startup:    startup,
+		Warnings:   warnings,
 		// Only an AuditPolicy can own a policy, so that it is audited under the AuditPolicy's name.
-		AuditPolicies: w.auditPolicies,
+		AuditPolicies: auditPolicies,
 	}
-	w.readiness.Subresources = w.vaps.subresources
-	w.vaps.Params = views.NewParams(dyn, func() vap.ResourceResolver { return w.discovery.Snapshot() }, w.vaps.paramsChanged, w.opts.withheldParams())
-	if err := w.mgr.Add(w.vaps.Params); err != nil {
-		return fmt.Errorf("adding param source: %w", err)
+	r.Params = views.NewParams(dyn, func() vap.ResourceResolver { return disc.Snapshot() }, r.paramsChanged, o.withheldParams())
+	if err := mgr.Add(r.Params); err != nil {
+		return nil, fmt.Errorf("adding param source: %w", err)
 	}
-	if err := w.vaps.SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers)); err != nil {
-		return fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
+	if err := r.SetupWithManager(mgr, controllerOptions(o, o.Workers)); err != nil {
+		return nil, fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
 	}
-	return nil
+	return r, nil
 }
 
-func (w *wiring) setupAuditPolicies() error {
-	if !w.auditPolicies {
-		return nil
+// vapCompiler returns the compiler of ValidatingAdmissionPolicies: the apiserver's defaults, as every front
+// end compiles, held back first by the options' test hook when set.
+func vapCompiler(o Options) func(audit.PolicyKey, *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+	compile := engine.Compiler{}.VAPAs
+	hold := o.beforeVAPCompile
+	if hold == nil {
+		return compile
 	}
-	r := &auditPolicyReconciler{
-		Client:     w.mgr.GetClient(),
-		Policies:   w.vaps,
-		Summaries:  w.readiness,
-		Recheck:    w.readiness.Changed,
-		Events:     w.events,
-		Warnings:   w.warnings,
-		Manage:     w.opts.ManageAdmissionPolicies,
-		Exemptions: w.exemptions,
-		Startup:    w.startup,
-		Discovery:  w.discovery,
+	return func(key audit.PolicyKey, p *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled {
+		hold(p.Name)
+		return compile(key, p)
 	}
-	w.readiness.OnChange(r.summariesChanged)
-	w.readiness.OnAudit(r.auditCompleted)
-	if err := r.SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers)); err != nil {
-		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
+}
+
+// setupReadiness adds readiness, which keeps each policy's summary at the last complete audit (the per-policy
+// metrics and the SafeToEnforce Events). The notifier wakes it when results change and when the audit may
+// have settled.
+func setupReadiness(mgr ctrl.Manager, o Options, log logr.Logger, store *results.Store, progress *auditProgress,
+	vaps *vapReconciler, events EventRecorder, notifier *Notifier) (*readiness, error) {
+	r := newReadiness(store, progress.Settled, mgr.GetClient(), events, o.ReadinessInterval, log.WithName("readiness"))
+	r.Subresources = vaps.subresources
+	notifier.OnNotify(r.Changed)
+	notifier.OnRecheck(r.Changed)
+	if err := mgr.Add(r); err != nil {
+		return nil, fmt.Errorf("adding readiness: %w", err)
 	}
-	return nil
+	return r, nil
 }
 
 // learnExemptions asks the API server who celaudit is (a SelfSubjectReview, which every authenticated user
 // may create) and makes the exemptions of every AuditPolicy: the built-in ones, celaudit's own username and,
 // for a ServiceAccount, its namespace, and the --exempt-* flags. Without its own identity an enforced
 // AuditPolicy could deny celaudit's own writes, so start fails when the review does.
-func (w *wiring) learnExemptions() error {
-	extra, err := w.opts.exemptions()
-	if err != nil {
-		return err
-	}
-	if !w.auditPolicies {
-		return nil
-	}
+func learnExemptions(c client.Client, extra auditv1alpha1.Exemptions, log logr.Logger) (auditpolicy.Exemptions, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), selfReviewTimeout)
 	defer cancel()
 	review := &authenticationv1.SelfSubjectReview{}
-	if err := w.mgr.GetClient().Create(ctx, review); err != nil {
-		return fmt.Errorf("learning celaudit's own identity with a SelfSubjectReview (authentication.k8s.io/v1), "+
+	if err := c.Create(ctx, review); err != nil {
+		return auditpolicy.Exemptions{}, fmt.Errorf("learning celaudit's own identity with a SelfSubjectReview (authentication.k8s.io/v1), "+
 			"which the exemptions of every registered admission policy need: %w", err)
 	}
 	username := review.Status.UserInfo.Username
 	if username == "" {
-		return fmt.Errorf("learning celaudit's own identity: the SelfSubjectReview names no user")
+		return auditpolicy.Exemptions{}, fmt.Errorf("learning celaudit's own identity: the SelfSubjectReview names no user")
 	}
 	self := auditpolicy.IdentityOf(username)
-	if w.exemptions, err = auditpolicy.NewExemptions(self, extra); err != nil {
+	exemptions, err := auditpolicy.NewExemptions(self, extra)
+	if err != nil {
+		return auditpolicy.Exemptions{}, err
+	}
+	log.Info("Exempting celaudit's own identity from every registered admission policy", "user", self.Username, "namespace", self.Namespace)
+	return exemptions, nil
+}
+
+// setupAuditPolicies sets up the reconciler that audits each AuditPolicy through vaps, registers its
+// admission policy in Warn and Deny, with the exemptions learnExemptions makes, and writes its status from
+// readiness.
+func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) error {
+	exemptions, err := learnExemptions(mgr.GetClient(), s.exemptions, s.log)
+	if err != nil {
 		return err
 	}
-	w.log.Info("Exempting celaudit's own identity from every registered admission policy", "user", self.Username, "namespace", self.Namespace)
+	r := &auditPolicyReconciler{
+		Client:     mgr.GetClient(),
+		Policies:   vaps,
+		Summaries:  ready,
+		Recheck:    ready.Changed,
+		Events:     a.events,
+		Warnings:   a.warnings,
+		Manage:     o.ManageAdmissionPolicies,
+		Exemptions: exemptions,
+		Startup:    a.startup,
+		Discovery:  a.discovery,
+	}
+	ready.OnChange(r.summariesChanged)
+	ready.OnAudit(r.auditCompleted)
+	if err := r.SetupWithManager(mgr, controllerOptions(o, o.Workers)); err != nil {
+		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
+	}
 	return nil
 }
 
@@ -397,71 +489,53 @@ func served(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 	return false, fmt.Errorf("looking up %s: %w", gvk.Kind, err)
 }
 
-func (w *wiring) setupNamespaces() error {
+// setupNamespaces sets up the reconciler that rescans within a namespace whose labels changed.
+func setupNamespaces(mgr ctrl.Manager, o Options, registry policyRegistry, vaps *vapReconciler) error {
 	err := (&namespaceReconciler{
-		Client:     w.mgr.GetClient(),
-		Registry:   w.scan,
-		Dependents: w.vaps.namespaceDependents,
+		Client:     mgr.GetClient(),
+		Registry:   registry,
+		Dependents: vaps.namespaceDependents,
 		Since:      time.Now(),
-	}).SetupWithManager(w.mgr, w.controllerOptions(w.opts.Workers))
+	}).SetupWithManager(mgr, controllerOptions(o, o.Workers))
 	if err != nil {
 		return fmt.Errorf("setting up namespace controller: %w", err)
 	}
 	return nil
 }
 
-// settled reports whether every policy is registered and the scan has read everything they cover.
-func (w *wiring) settled() bool { return w.startup.Open() && w.scan.Synced() }
-
-// firstAuditDone reports whether the first audit is done. Only the first audit holds reports back: later
-// rescans (a policy edit, a resync) update results in place, and holding every namespace's writes until
-// they finish would delay unrelated changes.
-func (w *wiring) firstAuditDone() bool {
-	if w.audited.Load() {
-		return true
-	}
-	if w.settled() {
-		if w.audited.CompareAndSwap(false, true) {
-			w.metrics.firstAudit.Set(time.Since(w.created).Seconds())
-		}
-		return true
-	}
-	return false
-}
-
-func (w *wiring) setupReports() error {
-	writes := newReportWrites()
-	w.register(writes, newResultCollector(w.store))
-	o := w.opts
-	// One reconciler per API, each with its own gate: the reports of one API are restored, and its names
-	// avoided, whatever becomes of the other's. They share the bound on writes in flight.
-	inFlight := make(chan struct{}, defaultWritesInFlight)
+// setupReports sets up the reports, in each API --report-api selects, written when the results change once
+// the first audit is done; and the removal of celaudit's reports of an API no longer written. writes counts
+// the writes.
+func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes *prometheus.CounterVec) error {
 	var onCurrent func(namespace string)
-	retired, err := w.setupRetiredReports()
+	retired, err := setupRetiredReports(mgr, o, s.reportAPIs, a)
 	if err != nil {
 		return err
 	}
 	if retired != nil {
 		onCurrent = retired.reportsCurrent
 	}
-	for i, api := range w.reportAPIs {
+	// One reconciler per API, each with its own gate: the reports of one API are restored, and its names
+	// avoided, whatever becomes of the other's. They share the bound on writes in flight.
+	inFlight := make(chan struct{}, defaultWritesInFlight)
+	for i, api := range s.reportAPIs {
 		r := &ReportReconciler{
-			Client:     w.mgr.GetClient(),
-			APIReader:  w.mgr.GetAPIReader(),
-			Events:     w.events,
-			Results:    w.store,
-			Ready:      w.firstAuditDone,
-			Notifier:   w.notifier,
-			Options:    report.Options{ListVerdicts: w.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
+			Client:     mgr.GetClient(),
+			APIReader:  mgr.GetAPIReader(),
+			Events:     a.events,
+			Results:    a.store,
+			Ready:      a.progress.FirstAuditDone,
+			Notifier:   a.notifier,
+			Options:    report.Options{ListVerdicts: s.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
 			Coalesce:   o.ReportCoalesce,
 			Writes:     writes,
-			Rescanning: func() bool { return !w.scan.Synced() },
+			Rescanning: func() bool { return !a.scan.Synced() },
 			inFlight:   inFlight,
 			api:        api,
-			peers:      slices.Delete(slices.Clone(w.reportAPIs), i, i+1),
+			peers:      slices.Delete(slices.Clone(s.reportAPIs), i, i+1),
 			onCurrent:  onCurrent,
 		}
-		if err := r.SetupWithManager(w.mgr, w.controllerOptions(o.ReportWorkers)); err != nil {
+		if err := r.SetupWithManager(mgr, controllerOptions(o, o.ReportWorkers)); err != nil {
 			return fmt.Errorf("setting up %s controller: %w", api.name(), err)
 		}
 	}
@@ -470,45 +544,35 @@ func (w *wiring) setupReports() error {
 
 // setupRetiredReports registers the removal of celaudit's reports of the API --report-api no longer selects,
 // when it selects one API and the cluster serves the other's CRDs; it returns nil otherwise.
-func (w *wiring) setupRetiredReports() (*retiredReports, error) {
-	api, ok := retiredAPI(w.reportAPIs)
+func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *auditParts) (*retiredReports, error) {
+	api, ok := retiredAPI(written)
 	if !ok {
 		return nil, nil
 	}
 	namespaced, _ := api.kinds()
-	if served, err := served(w.mgr.GetRESTMapper(), namespaced); err != nil || !served {
+	if served, err := served(mgr.GetRESTMapper(), namespaced); err != nil || !served {
 		return nil, err
 	}
 	r := newRetiredReports(api)
-	r.Reader, r.Client = w.mgr.GetAPIReader(), w.mgr.GetClient()
-	r.Ready, r.Namespaces, r.Enqueue = w.firstAuditDone, w.store.Namespaces, w.notifier.Notify
-	r.PageSize = w.opts.PageSize
-	if err := r.SetupWithManager(w.mgr, w.notifier, w.controllerOptions(1)); err != nil {
+	r.Reader, r.Client = mgr.GetAPIReader(), mgr.GetClient()
+	r.Ready, r.Namespaces, r.Enqueue = a.progress.FirstAuditDone, a.store.Namespaces, a.notifier.Notify
+	r.PageSize = o.PageSize
+	if err := r.SetupWithManager(mgr, a.notifier, controllerOptions(o, 1)); err != nil {
 		return nil, fmt.Errorf("setting up the removal of retired %ss: %w", namespaced.Kind, err)
 	}
 	return r, nil
 }
 
-func (w *wiring) setupReadiness() error {
-	if w.opts.ReadinessInterval <= 0 {
-		return fmt.Errorf("--readiness-interval must be positive, got %s", w.opts.ReadinessInterval)
-	}
-	w.register(newReadinessCollector(w.readiness))
-	if err := w.mgr.Add(w.readiness); err != nil {
-		return fmt.Errorf("adding readiness: %w", err)
-	}
-	return nil
-}
-
-func (w *wiring) addChecks() error {
-	if err := w.mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+// addChecks adds health, and readiness once the first audit is done.
+func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
-	if err := w.mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
-	err := w.mgr.AddReadyzCheck("audit", func(*http.Request) error {
-		if !w.firstAuditDone() {
+	err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
+		if !progress.FirstAuditDone() {
 			return fmt.Errorf("first audit in progress")
 		}
 		return nil
@@ -519,11 +583,12 @@ func (w *wiring) addChecks() error {
 	return nil
 }
 
-func (w *wiring) controllerOptions(workers int) func(*ctrl.Builder) *ctrl.Builder {
+// controllerOptions returns the options of a controller with workers workers.
+func controllerOptions(o Options, workers int) func(*ctrl.Builder) *ctrl.Builder {
 	return func(b *ctrl.Builder) *ctrl.Builder {
 		return b.WithOptions(controller.Options{
 			MaxConcurrentReconciles: max(1, workers),
-			SkipNameValidation:      ptr.To(w.opts.SkipControllerChecks),
+			SkipNameValidation:      ptr.To(o.SkipControllerChecks),
 		})
 	}
 }

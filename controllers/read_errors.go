@@ -16,12 +16,6 @@ import (
 	"github.com/celaudit/celaudit/internal/scan"
 )
 
-// Event reasons of the read errors of audited resources.
-const (
-	ReasonResourceUnreadable = "ResourceUnreadable"
-	ReasonResourceReadable   = "ResourceReadable"
-)
-
 // readErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
 // forbidden LIST, an aggregated API that is down), and again when it can: an error result in a report is
 // easy to miss, `kubectl describe` on the policy is where users look. The scanner calls it once per change

@@ -20,15 +20,6 @@ import (
 	"github.com/celaudit/celaudit/internal/results"
 )
 
-// Event reasons of a policy's readiness for enforcement, recorded on the ValidatingAdmissionPolicy or CRD.
-const (
-	ReasonSafeToEnforce    = "SafeToEnforce"
-	ReasonNotSafeToEnforce = "NotSafeToEnforce"
-	// ReasonSafeToEnforceUnknown: the audit cannot tell (nothing judged, skips, subresources, unreadable
-	// resources); the note says which.
-	ReasonSafeToEnforceUnknown = "SafeToEnforceUnknown"
-)
-
 // readinessTopNamespaces is how many namespaces a readiness Event names, those with the most violations.
 const readinessTopNamespaces = 3
 
@@ -45,15 +36,14 @@ var _ summarizer = &results.Store{}
 // a resync never shows a half-read cluster. It serves:
 //
 //   - the metrics of each policy (readinessCollector);
-//   - an Event on the ValidatingAdmissionPolicy or CRD whenever the policy's safety (results.SafetyOf: True,
-//     False or Unknown) changes, and for the first complete audit after the operator starts,
-//     so that `kubectl describe` shows the current answer; never on a recompute that changes nothing;
-//   - Summary and OnChange for other consumers (the status of celaudit's AuditPolicies): AuditPolicy keys get
-//     summaries and change notifications but no Events.
+//   - an Event on the CRD, ValidatingAdmissionPolicy or AuditPolicy whenever the policy's safety
+//     (results.SafetyOf: True, False or Unknown) changes, and for the first complete audit after the operator
+//     starts, so that `kubectl describe` shows the current answer; never on a recompute that changes nothing;
+//   - Summary, OnChange and OnAudit for other consumers (the status of celaudit's AuditPolicies).
 //
-// It is event-driven: Changed (called by the result store on every change, by the scan when it settles and by
-// the start-up gate when it opens) wakes it, and it recomputes at most once per Interval. A policy with no
-// results (it covers no object, or was removed) has no summary.
+// It is event-driven: Changed (called through the Notifier on every change of the results and whenever the
+// audit may have settled: the scanner settled, the start-up gate opened) wakes it, and it recomputes at most
+// once per Interval. A policy with no results (it covers no object, or was removed) has no summary.
 type readiness struct {
 	Results summarizer
 	// Settled reports whether the audit is complete: every policy registered and the scan synced.

@@ -63,13 +63,14 @@ type ReportReconciler struct {
 	// ends.
 	Rescanning func() bool
 	MaxHold    time.Duration
-	// WritesInFlight bounds the report writes in flight at once, across namespaces (default 32). A namespace
-	// with many violations is split into tens of chunks, which a first audit creates together; one limit
-	// across namespaces lets its chunks go out while other namespaces have nothing to write.
-	WritesInFlight int
 
-	gate     writeGate     // what is kept about each namespace's writes, and when they are written
-	inFlight chan struct{} // one token per report write under way
+	gate writeGate // what is kept about each namespace's writes, and when they are written
+	// inFlight holds one token per report write under way; its capacity bounds the writes in flight at once,
+	// across namespaces, and across the reconcilers of every API when they share it (default
+	// defaultWritesInFlight). A namespace with many violations is split into tens of chunks, which a first
+	// audit creates together; one limit across namespaces lets its chunks go out while other namespaces have
+	// nothing to write.
+	inFlight chan struct{}
 	// api is the API of the reports written; nil: wgpolicyk8s.io.
 	api reportAPI
 	// peers are the other APIs celaudit writes the same reports in: a result one of them already publishes
@@ -322,7 +323,7 @@ func runBounded(ctx context.Context, fns []func() error, sem chan struct{}) erro
 	return errors.Join(errs...)
 }
 
-// defaultWritesInFlight bounds the report writes in flight when WritesInFlight is unset.
+// defaultWritesInFlight bounds the report writes in flight.
 const defaultWritesInFlight = 32
 
 // reportDeleted keeps the result timestamps of a report of celaudit's that was deleted, until the namespace's
@@ -361,11 +362,8 @@ func (r *ReportReconciler) defaults() {
 	if r.MaxHold <= 0 {
 		r.MaxHold = 10 * time.Second
 	}
-	if r.WritesInFlight <= 0 {
-		r.WritesInFlight = defaultWritesInFlight
-	}
 	if r.inFlight == nil {
-		r.inFlight = make(chan struct{}, r.WritesInFlight)
+		r.inFlight = make(chan struct{}, defaultWritesInFlight)
 	}
 	if r.api == nil {
 		r.api = wgpolicyAPI{}

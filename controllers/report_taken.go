@@ -16,10 +16,6 @@ import (
 	"github.com/celaudit/celaudit/internal/report"
 )
 
-// reasonReportNameTaken is the reason of the Warning Event on a report, not celaudit's, that holds the name
-// of one of celaudit's.
-const reasonReportNameTaken = "ReportNameTaken"
-
 // conflicted follows writes of namespace's reports that the API server refused because a report already
 // exists (existed: the creates so refused) or changed since the cache showed it; taken holds the names the
 // writes avoided.
@@ -81,7 +77,7 @@ func (r *ReportReconciler) nameTaken(ctx context.Context, namespace string, take
 
 	index, _ := report.ChunkIndex(theirs.Name) // celaudit creates only chunks
 	instead := report.FreeChunkName(index, avoided)
-	r.Events.Eventf(theirs, nil, corev1.EventTypeWarning, reasonReportNameTaken, "Publishing",
+	r.Events.Eventf(theirs, nil, corev1.EventTypeWarning, ReasonReportNameTaken, "Publishing",
 		"This report lacks the label %s=%s, so celaudit leaves it alone and publishes the results it would write here as %s instead",
 		report.ManagedByLabel, report.ManagedByValue, instead)
 	ctrl.LoggerFrom(ctx).Info("A report celaudit does not own holds the name of one of its reports: publishing under another name",

@@ -168,45 +168,18 @@ func (r *vapReconciler) register(ctx context.Context, key audit.PolicyKey, polic
 		return ctrl.Result{}, st.compiled, nil
 	}
 	if st != nil && st.compileKey == next.compileKey && st.bindings == next.bindings && st.resolver == next.resolver {
-		if interval > 0 && now.Sub(st.scanned) >= interval {
-			r.Registry.Rescan(key, "")
-			rescanned := *st
-			rescanned.scanned = now
-			r.store(key, &rescanned)
-			return requeueIn(interval, 0), st.compiled, nil
-		}
-		return requeueIn(interval, now.Sub(st.scanned)), st.compiled, nil
+		return r.resync(key, st, interval, now), st.compiled, nil
 	}
-	if st != nil && st.compileKey == next.compileKey {
-		next.compiled = st.compiled
-	} else {
-		ctrl.LoggerFrom(ctx).V(1).Info("Compiling policy", "policy", key.String(), "generation", policy.Generation)
-		next.compiled = r.Compile(key, policy)
-		if key.Source == audit.SourceVAP {
-			// An AuditPolicy reports its problems on itself: policy is only what it stands for.
-			r.Warnings.compileFailed(policy, kindVAP, next.compiled.Problems())
-		}
-	}
+	next.compiled = r.compiled(ctx, key, policy, st, next.compileKey)
 	if requireCompiled && len(next.compiled.Problems()) > 0 {
 		next.rejected = true
 		r.store(key, next)
 		r.Registry.RemovePolicy(key)
 		return ctrl.Result{}, next.compiled, r.Params.Track(ctx, key, nil, nil)
 	}
-	refs := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(bindings))
-	for i := range bindings {
-		refs[i] = &bindings[i]
-	}
-	p := engine.Bind(next.compiled, refs, engine.Views{Resources: next.resolver, Namespaces: r.Namespaces, Params: r.Params})
-	next.policy, next.paramKinds, next.namespaces = p, p.ParamKinds(), p.DependsOnNamespaces()
-	if err := r.Params.Track(ctx, key, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
+	p, err := r.bind(ctx, key, policy, bindings, next)
+	if err != nil {
 		return ctrl.Result{}, next.compiled, err
-	}
-	if key.Source == audit.SourceVAP {
-		r.Warnings.bindingsChecked(policy.Name, bindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) (string, string) {
-			return paramProblem(b, paramKind(next.paramKinds), next.resolver, r.Params)
-		})
-		r.Warnings.paramsNotRead(policy, kindVAP, r.Params, paramKind(next.paramKinds), len(paramRefs(bindings)))
 	}
 	// Only discovery changed, and not in a way that changes what the policy decides: results stay valid, only
 	// newly covered resources need reading.
@@ -221,6 +194,58 @@ func (r *vapReconciler) register(ctx context.Context, key audit.PolicyKey, polic
 		r.Registry.SetPolicy(p)
 	}
 	return requeueIn(interval, now.Sub(next.scanned)), next.compiled, nil
+}
+
+// resync rescans the unchanged policy key, registered as st, when its periodic rescan (every interval) is
+// due, and returns the result that brings it back for the next one.
+func (r *vapReconciler) resync(key audit.PolicyKey, st *vapState, interval time.Duration, now time.Time) ctrl.Result {
+	if interval <= 0 || now.Sub(st.scanned) < interval {
+		return requeueIn(interval, now.Sub(st.scanned))
+	}
+	r.Registry.Rescan(key, "")
+	rescanned := *st
+	rescanned.scanned = now
+	r.store(key, &rescanned)
+	return requeueIn(interval, 0)
+}
+
+// compiled returns policy compiled: st's compilation when its compileKey is the same, a new one otherwise,
+// whose problems a ValidatingAdmissionPolicy gets a Warning Event for.
+func (r *vapReconciler) compiled(ctx context.Context, key audit.PolicyKey, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
+	st *vapState, compileKey string) *vap.Compiled {
+	if st != nil && st.compileKey == compileKey {
+		return st.compiled
+	}
+	ctrl.LoggerFrom(ctx).V(1).Info("Compiling policy", "policy", key.String(), "generation", policy.Generation)
+	compiled := r.Compile(key, policy)
+	if key.Source == audit.SourceVAP {
+		// An AuditPolicy reports its problems on itself: policy is only what it stands for.
+		r.Warnings.compileFailed(policy, kindVAP, compiled.Problems())
+	}
+	return compiled
+}
+
+// bind binds next's compiled policy to bindings and the views, records in next what the bound policy reads,
+// and has the params it reads tracked; a ValidatingAdmissionPolicy's bindings that find no params, and a
+// policy whose params are not read, get Warning Events.
+func (r *vapReconciler) bind(ctx context.Context, key audit.PolicyKey, policy *admissionregistrationv1.ValidatingAdmissionPolicy,
+	bindings []admissionregistrationv1.ValidatingAdmissionPolicyBinding, next *vapState) (*vap.Policy, error) {
+	refs := make([]*admissionregistrationv1.ValidatingAdmissionPolicyBinding, len(bindings))
+	for i := range bindings {
+		refs[i] = &bindings[i]
+	}
+	p := engine.Bind(next.compiled, refs, engine.Views{Resources: next.resolver, Namespaces: r.Namespaces, Params: r.Params})
+	next.policy, next.paramKinds, next.namespaces = p, p.ParamKinds(), p.DependsOnNamespaces()
+	if err := r.Params.Track(ctx, key, paramKind(next.paramKinds), paramRefs(bindings)); err != nil {
+		return nil, err
+	}
+	if key.Source == audit.SourceVAP {
+		r.Warnings.bindingsChecked(policy.Name, bindings, func(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding) (string, string) {
+			return paramProblem(b, paramKind(next.paramKinds), next.resolver, r.Params)
+		})
+		r.Warnings.paramsNotRead(policy, kindVAP, r.Params, paramKind(next.paramKinds), len(paramRefs(bindings)))
+	}
+	return p, nil
 }
 
 // subresources returns the subresources the registered policy of key covers, which no audit judges.

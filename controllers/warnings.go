@@ -20,20 +20,6 @@ import (
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
-// Event reasons of the Warning Events on the objects that configure policies and cannot be audited as written.
-const (
-	// ReasonCompileFailed: a ValidatingAdmissionPolicy or a CRD has expressions or rules that do not compile.
-	ReasonCompileFailed = "CompileFailed"
-	// ReasonPolicyNotFound: a ValidatingAdmissionPolicyBinding names a policy that does not exist.
-	ReasonPolicyNotFound = "PolicyNotFound"
-	// ReasonParamsNotFound: a ValidatingAdmissionPolicyBinding's paramRef finds no param object, or its
-	// policy's paramKind is not served.
-	ReasonParamsNotFound = "ParamsNotFound"
-	// ReasonParamsNotRead: a policy's params are of a kind celaudit does not read (Secrets, without
-	// --audit-secrets).
-	ReasonParamsNotRead = "ParamsNotRead"
-)
-
 // Kinds of the objects Warning Events are recorded on, as their state is kept.
 const (
 	kindCRD         = "CustomResourceDefinition"

@@ -30,16 +30,8 @@ func newExportCommand(flags *genericclioptions.ConfigFlags, streams genericioopt
 	return cmd
 }
 
-func newExportAuditPolicyCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
-	var (
-		output string
-		files  []string
-	)
-	cmd := &cobra.Command{
-		Use:     "auditpolicy NAME...",
-		Aliases: []string{"auditpolicies", "ap"},
-		Short:   "Print the ValidatingAdmissionPolicy and binding an AuditPolicy's enforcement creates",
-		Long: `export auditpolicy prints, for each AuditPolicy named, the ValidatingAdmissionPolicy and
+// exportAuditPolicyLong is the help of export auditpolicy.
+const exportAuditPolicyLong = `export auditpolicy prints, for each AuditPolicy named, the ValidatingAdmissionPolicy and
 ValidatingAdmissionPolicyBinding that celaudit registers for it in Warn or Deny (named celaudit-NAME, with
 the validationActions of its enforcement: [Audit] for an AuditPolicy still in Audit), ready to commit to a
 GitOps repository in its place.
@@ -55,51 +47,70 @@ The exported pair is standalone: it has no owner reference and none of the label
 recognizes the pairs it manages, so celaudit audits it as any other ValidatingAdmissionPolicy once it is
 applied. Delete the AuditPolicy when the pair is applied, or both are enforced.
 
-AuditPolicies are read from the cluster, or with -f from manifest files (no cluster needed).`,
+AuditPolicies are read from the cluster, or with -f from manifest files (no cluster needed).`
+
+// exportAuditPolicyOptions are the flags of export auditpolicy.
+type exportAuditPolicyOptions struct {
+	output string
+	files  []string
+}
+
+func newExportAuditPolicyCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams) *cobra.Command {
+	var o exportAuditPolicyOptions
+	cmd := &cobra.Command{
+		Use:     "auditpolicy NAME...",
+		Aliases: []string{"auditpolicies", "ap"},
+		Short:   "Print the ValidatingAdmissionPolicy and binding an AuditPolicy's enforcement creates",
+		Long:    exportAuditPolicyLong,
 		Example: `  kubectl celaudit export auditpolicy require-team-label > require-team-label.yaml
   kubectl celaudit export auditpolicy -f policies/ require-team-label -o json`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, names []string) error {
-			if output != OutputYAML && output != OutputJSON {
-				return BadInput("unknown output format %q: want yaml or json", output)
-			}
-			var (
-				aps []*v1alpha1.AuditPolicy
-				err error
-			)
-			fromCluster := len(files) == 0
-			if fromCluster {
-				aps, err = auditPoliciesFromCluster(cmd, flags, names)
-			} else {
-				aps, err = auditPoliciesFromFiles(manifests.Reader{Stdin: streams.In}, files, names)
-			}
-			if err != nil {
-				return err
-			}
-			var objs []runtime.Object
-			for _, ap := range aps {
-				// The zero value holds the built-in exemptions, all that a file tells.
-				var ex auditpolicy.Exemptions
-				if fromCluster {
-					if ex, err = statusExemptions(ap); err != nil {
-						return err
-					}
-				}
-				pair := Exported(ap, ex)
-				objs = append(objs, pair.Policy, pair.Binding)
-			}
-			return printObjects(streams.Out, output, objs)
+			return o.run(cmd, flags, streams, names)
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", OutputYAML, "Output format: yaml (documents separated by ---) or json (a v1 List).")
-	cmd.Flags().StringSliceVarP(&files, "filename", "f", nil, "Read the AuditPolicies from these files or directories ('-' for stdin) instead of the cluster.")
+	cmd.Flags().StringVarP(&o.output, "output", "o", OutputYAML, "Output format: yaml (documents separated by ---) or json (a v1 List).")
+	cmd.Flags().StringSliceVarP(&o.files, "filename", "f", nil, "Read the AuditPolicies from these files or directories ('-' for stdin) instead of the cluster.")
 	return cmd
 }
 
-// Exported returns the pair ap's enforcement registers, with the exemptions ex, without what ties it to ap or
-// to celaudit's management: no owner reference, uid or generation, and none of the labels celaudit
+// run prints the pairs of the AuditPolicies named, read from the cluster or from the files.
+func (o exportAuditPolicyOptions) run(cmd *cobra.Command, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, names []string) error {
+	if o.output != OutputYAML && o.output != OutputJSON {
+		return BadInput("unknown output format %q: want yaml or json", o.output)
+	}
+	var (
+		aps []*v1alpha1.AuditPolicy
+		err error
+	)
+	fromCluster := len(o.files) == 0
+	if fromCluster {
+		aps, err = auditPoliciesFromCluster(cmd, flags, names)
+	} else {
+		aps, err = auditPoliciesFromFiles(manifests.Reader{Stdin: streams.In}, o.files, names)
+	}
+	if err != nil {
+		return err
+	}
+	var objs []runtime.Object
+	for _, ap := range aps {
+		// The zero value holds the built-in exemptions, all that a file tells.
+		var ex auditpolicy.Exemptions
+		if fromCluster {
+			if ex, err = statusExemptions(ap); err != nil {
+				return err
+			}
+		}
+		pair := standalone(ap, ex)
+		objs = append(objs, pair.Policy, pair.Binding)
+	}
+	return printObjects(streams.Out, o.output, objs)
+}
+
+// standalone returns the pair ap's enforcement registers, with the exemptions ex, without what ties it to ap
+// or to celaudit's management: no owner reference, uid or generation, and none of the labels celaudit
 // recognizes its own pairs by (a pair labelled as an AuditPolicy's is not audited as a policy of its own).
-func Exported(ap *v1alpha1.AuditPolicy, ex auditpolicy.Exemptions) auditpolicy.Admission {
+func standalone(ap *v1alpha1.AuditPolicy, ex auditpolicy.Exemptions) auditpolicy.Admission {
 	a := auditpolicy.Owned(ap, ex)
 	for _, m := range []*metav1.ObjectMeta{&a.Policy.ObjectMeta, &a.Binding.ObjectMeta} {
 		m.UID, m.Generation, m.OwnerReferences = "", 0, nil

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,104 +87,148 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	if err != nil {
 		return err
 	}
-	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	c := env.Client
-
-	step("Installing the Widget CRD (no validation rules yet) and storing five widgets")
-	if err := applyYAML(ctx, c, widgetCRD, widgets); err != nil {
+	d := demo{c: env.Client, kubectl: filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl"), kubeconfig: kubeconfig}
+	if err := d.storeAndTighten(ctx); err != nil {
 		return err
 	}
-	show(ctx, kubectl, kubeconfig, "get", "widgets", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,REPLICAS:.spec.replicas,MIN:.spec.minReplicas,MAX:.spec.maxReplicas,IMAGE:.spec.image,TIER:.spec.tier")
+	stopOperator, err := d.audit(ctx, env.Config)
+	if err != nil {
+		return err
+	}
+	defer stopOperator()
+	if err := d.dryRun(ctx); err != nil {
+		return err
+	}
+	if err := d.enforce(ctx); err != nil {
+		return err
+	}
+	d.keepRunning(ctx, exitAfter)
+	return nil
+}
+
+// demo is the local control plane the demo acts on: a client of it, and kubectl with a kubeconfig for it.
+type demo struct {
+	c                   client.Client
+	kubectl, kubeconfig string
+}
+
+// storeAndTighten stores objects under lax rules, rolls out a policy in Warn, asks whatif what tightening would
+// reject, and tightens the CRD: the API server never looks at the objects already stored.
+func (d demo) storeAndTighten(ctx context.Context) error {
+	step("Installing the Widget CRD (no validation rules yet) and storing five widgets")
+	if err := applyYAML(ctx, d.c, widgetCRD, widgets); err != nil {
+		return err
+	}
+	d.show(ctx, "get", "widgets", "-A", "-o", "custom-columns=NAMESPACE:.metadata.namespace,NAME:.metadata.name,REPLICAS:.spec.replicas,MIN:.spec.minReplicas,MAX:.spec.maxReplicas,IMAGE:.spec.image,TIER:.spec.tier")
 
 	step("Storing three Deployments, then rolling out a ValidatingAdmissionPolicy bound with [Warn, Audit]")
-	if err := applyYAML(ctx, c, deployments, rolloutPolicy); err != nil {
+	if err := applyYAML(ctx, d.c, deployments, rolloutPolicy); err != nil {
 		return err
 	}
 	fmt.Println("New writes now only get warnings; the Deployments already stored are never checked by the API server.")
 
 	step("Before tightening: what would the stricter CRD and a Deny binding reject among the stored objects?")
-	plugin(kubeconfig, "whatif", "-f", filepath.Join(envtestutil.RepoRoot(), "test", "demo", "testdata", "widget-crd-tightened.yaml"))
-	plugin(kubeconfig, "whatif", "--binding", "deployment-best-practices", "--actions", "Deny")
+	d.plugin("whatif", "-f", filepath.Join(envtestutil.RepoRoot(), "test", "demo", "testdata", "widget-crd-tightened.yaml"))
+	d.plugin("whatif", "--binding", "deployment-best-practices", "--actions", "Deny")
 
 	step("Tightening the CRD: a replica-range rule, an image rule, maximum: 50 and an enum on tier")
-	if err := applyYAML(ctx, c, widgetCRDTightened); err != nil {
+	if err := applyYAML(ctx, d.c, widgetCRDTightened); err != nil {
 		return err
 	}
 	fmt.Println("The API server accepts the change; the widgets already stored are not re-validated.")
+	return nil
+}
 
+// audit starts celaudit against cfg, waits for its first audit's reports and shows them; the function it
+// returns stops celaudit.
+func (d demo) audit(ctx context.Context, cfg *rest.Config) (stop func(), err error) {
 	step("Starting celaudit")
 	opts := controllers.DefaultOptions()
 	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
 	opts.ManageAdmissionPolicies = true
 	opts.ReadinessInterval = time.Second
-	op, err := controllers.NewOperator(env.Config, opts)
+	op, err := controllers.NewOperator(cfg, opts)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	opCtx, stopOp := context.WithCancel(ctx)
 	opDone := make(chan error, 1)
 	go func() { opDone <- op.Start(opCtx) }()
-	defer func() {
+	stop = func() {
 		stopOp()
 		if err := <-opDone; err != nil {
 			fmt.Fprintln(os.Stderr, "operator stopped with an error:", err)
 		}
-	}()
+	}
 	start := time.Now()
-	done, err := waitForReports(ctx, c, op)
+	done, err := waitForReports(ctx, d.c, op)
 	if err != nil {
-		return err
+		stop()
+		return nil, err
 	}
 	fmt.Printf("First audit complete and reports written in %s.\n", done.Sub(start).Round(100*time.Millisecond))
 
 	step("kubectl get policyreports -A")
-	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A")
+	d.show(ctx, "get", "policyreports", "-A")
 	step("kubectl get policyreport -n team-a celaudit -o yaml")
-	show(ctx, kubectl, kubeconfig, "get", "policyreport", "-n", "team-a", "celaudit", "-o", "yaml")
+	d.show(ctx, "get", "policyreport", "-n", "team-a", "celaudit", "-o", "yaml")
 	step("The rollout at a glance: what a Deny binding would reject today")
-	show(ctx, kubectl, kubeconfig, "get", "policyreports", "-A", "-o",
+	d.show(ctx, "get", "policyreports", "-A", "-o",
 		`jsonpath={range .items[*]}{range .results[?(@.policy=="deployment-best-practices")]}{.result}{"\t"}{.resources[0].namespace}/{.resources[0].name}{"\t"}{.message}{"\n"}{end}{end}`)
 
 	step("Per policy, what the reports hold and whether it is safe to enforce")
-	plugin(kubeconfig, "summary")
+	d.plugin("summary")
+	return stop, nil
+}
 
+// dryRun creates an AuditPolicy in Audit and shows its status once audited.
+func (d demo) dryRun(ctx context.Context) error {
 	step("Dry-run tightening: an AuditPolicy in Audit judges the Deployments' pod templates as the Pods they would create")
-	if err := applyYAML(ctx, c, auditPolicy); err != nil {
+	if err := applyYAML(ctx, d.c, auditPolicy); err != nil {
 		return err
 	}
-	if err := waitForAuditPolicy(ctx, c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
+	if err := waitForAuditPolicy(ctx, d.c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
 		return ap.Status.LastAuditTime != nil
 	}); err != nil {
 		return err
 	}
-	show(ctx, kubectl, kubeconfig, "get", "auditpolicies")
-	show(ctx, kubectl, kubeconfig, "get", "auditpolicy", "pod-memory-limits", "-o",
+	d.show(ctx, "get", "auditpolicies")
+	d.show(ctx, "get", "auditpolicy", "pod-memory-limits", "-o",
 		`jsonpath={range .status.conditions[*]}{.type}={.status}: {.message}{"\n"}{end}`)
+	return nil
+}
 
+// enforce switches the AuditPolicy to Deny, shows the API server enforcing the pair celaudit registers, and
+// exports that pair.
+func (d demo) enforce(ctx context.Context) error {
 	step("Switching it to Deny: celaudit registers the ValidatingAdmissionPolicy, and the API server enforces it")
-	show(ctx, kubectl, kubeconfig, "patch", "auditpolicy", "pod-memory-limits", "--type=merge", "-p", `{"spec":{"enforcement":"Deny"}}`)
-	if err := waitForAuditPolicy(ctx, c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
+	d.show(ctx, "patch", "auditpolicy", "pod-memory-limits", "--type=merge", "-p", `{"spec":{"enforcement":"Deny"}}`)
+	if err := waitForAuditPolicy(ctx, d.c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
 		return meta.IsStatusConditionTrue(ap.Status.Conditions, auditv1alpha1.ConditionEnforced)
 	}); err != nil {
 		return err
 	}
-	show(ctx, kubectl, kubeconfig, "get", "validatingadmissionpolicies,validatingadmissionpolicybindings", "-l", "audit.celaudit.io/auditpolicy=pod-memory-limits")
+	d.show(ctx, "get", "validatingadmissionpolicies,validatingadmissionpolicybindings", "-l", "audit.celaudit.io/auditpolicy=pod-memory-limits")
 	// The API server loads a new policy within a second or so.
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "probe", Namespace: "team-a"},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "probe", Image: "nginx"}}}}
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
-		if err := c.Create(ctx, probe.DeepCopy(), client.DryRunAll); err != nil {
+		if err := d.c.Create(ctx, probe.DeepCopy(), client.DryRunAll); err != nil {
 			break
 		}
 	}
 	fmt.Println("$ kubectl run probe --image=nginx -n team-a --dry-run=server")
-	show(ctx, kubectl, kubeconfig, "run", "probe", "--image=nginx", "-n", "team-a", "--dry-run=server")
+	d.show(ctx, "run", "probe", "--image=nginx", "-n", "team-a", "--dry-run=server")
 
 	step("The pair to commit to a GitOps repository in the AuditPolicy's place")
-	plugin(kubeconfig, "export", "auditpolicy", "pod-memory-limits")
+	d.plugin("export", "auditpolicy", "pod-memory-limits")
+	return nil
+}
 
+// keepRunning keeps the control plane up for exploring, until ctx ends or, when set, exitAfter has passed.
+func (d demo) keepRunning(ctx context.Context, exitAfter time.Duration) {
 	step("The control plane keeps running")
-	fmt.Printf("Explore it with:\n  export KUBECONFIG=%s\n  %s get policyreports -A\n", kubeconfig, kubectl)
+	fmt.Printf("Explore it with:\n  export KUBECONFIG=%s\n  %s get policyreports -A\n", d.kubeconfig, d.kubectl)
 	fmt.Println("Press Ctrl-C to stop and clean up.")
 	if exitAfter > 0 {
 		select {
@@ -193,7 +238,6 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	} else {
 		<-ctx.Done()
 	}
-	return nil
 }
 
 func step(s string) { fmt.Printf("\n==> %s\n", s) }
@@ -284,16 +328,17 @@ func writeKubeconfig(env *envtest.Environment) (string, error) {
 }
 
 // plugin runs kubectl-celaudit in process, as `kubectl celaudit args...` would, and prints its output.
-func plugin(kubeconfig string, args ...string) {
+func (d demo) plugin(args ...string) {
 	fmt.Printf("$ kubectl celaudit %s\n", strings.Join(args, " "))
 	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: os.Stdout, ErrOut: os.Stderr}
-	if code := cli.Run(streams, append(args, "--kubeconfig", kubeconfig)); code != int(cli.ExitOK) && code != int(cli.ExitViolations) {
+	if code := cli.Run(streams, append(args, "--kubeconfig", d.kubeconfig)); code != int(cli.ExitOK) && code != int(cli.ExitViolations) {
 		fmt.Fprintf(os.Stderr, "kubectl celaudit %v: exit %d\n", args, code)
 	}
 }
 
-func show(ctx context.Context, kubectl, kubeconfig string, args ...string) {
-	cmd := exec.CommandContext(ctx, kubectl, append([]string{"--kubeconfig", kubeconfig}, args...)...)
+// show runs kubectl args and prints its output.
+func (d demo) show(ctx context.Context, args ...string) {
+	cmd := exec.CommandContext(ctx, d.kubectl, append([]string{"--kubeconfig", d.kubeconfig}, args...)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
 	if err := cmd.Run(); err != nil {
 		fmt.Fprintf(os.Stderr, "kubectl %v: %v\n", args, err)

@@ -110,22 +110,27 @@ var (
 
 func isProd(o *object) bool { return o.ns%2 == 0 }
 
-// auditPolicySpecs are the ten distinct AuditPolicies.
+// auditPolicySpecs are the ten distinct AuditPolicies: five converted from the benchmark's policies, five
+// written directly.
 func auditPolicySpecs() []apSpec {
-	widgets, gadgets := res(group, "v1", "widgets"), res(group, "v1", "gadgets")
-	cms, deploys := res("", "v1", "configmaps"), res("apps", "v1", "deployments")
-	only := func(k kind, f func(o *object) (counts, bool)) func(model, *object) (counts, bool) {
-		return func(_ model, o *object) (counts, bool) {
-			if o.kind != k {
-				return counts{}, false
-			}
-			return f(o)
+	return append(convertedSpecs(), writtenSpecs()...)
+}
+
+// only judges the objects of kind k with f, and matches no other.
+func only(k kind, f func(o *object) (counts, bool)) func(model, *object) (counts, bool) {
+	return func(_ model, o *object) (counts, bool) {
+		if o.kind != k {
+			return counts{}, false
 		}
+		return f(o)
 	}
+}
+
+// convertedSpecs are the AuditPolicies converted from the benchmark's policies: [Warn, Audit], [Deny] and
+// [Audit] bindings all become [Audit], so every failure is a warn. The policy edit changes the widget-color
+// ValidatingAdmissionPolicy, not this copy: purple widgets stay violations here.
+func convertedSpecs() []apSpec {
 	return []apSpec{
-		// Converted from the benchmark's policies: [Warn, Audit], [Deny] and [Audit] bindings all become
-		// [Audit], so every failure is a warn. The policy edit changes the widget-color ValidatingAdmissionPolicy,
-		// not this copy: purple widgets stay violations here.
 		{name: "widget-color", policy: fromVAP("widget-color", "Style", "low"),
 			eval: only(widget, func(o *object) (counts, bool) { return verdictOf(o.violation != vWidgetColor, false), true })},
 		{name: "gadget-owner", policy: fromVAP("gadget-owner", "Ownership", "medium"),
@@ -136,82 +141,106 @@ func auditPolicySpecs() []apSpec {
 			eval: only(deployment, func(o *object) (counts, bool) { return verdictOf(deploymentReplicas(o) <= limitsMax, false), true })},
 		{name: "deploy-image", policy: fromVAP("deploy-image", "", "medium"),
 			eval: only(deployment, func(o *object) (counts, bool) { return verdictOf(o.violation != vDeployImage, false), true })},
-
-		// Written directly.
-		// The widgets CRD's rule again, as a policy with a variable and a messageExpression, in prod namespaces.
-		{name: "widget-replicas-prod",
-			policy: newAP([]admissionregistrationv1.Rule{widgets},
-				[]admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= variables.limit",
-					MessageExpression: "'replicas ' + string(object.spec.replicas) + ' exceed ' + string(variables.limit)"}},
-				func(s *v1alpha1.AuditPolicySpec) {
-					s.Variables = []admissionregistrationv1.Variable{{Name: "limit", Expression: "object.spec.maxReplicas"}}
-					s.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: selector(prodNS)}
-					s.Severity = "high"
-				}),
-			eval: only(widget, func(o *object) (counts, bool) {
-				if !isProd(o) {
-					return counts{}, false
-				}
-				return verdictOf(o.violation != vWidgetCRD, false), true
-			})},
-		// Two validations behind a matchCondition: one warn per failed validation, one pass when none fails.
-		{name: "cm-data",
-			policy: newAP([]admissionregistrationv1.Rule{cms},
-				[]admissionregistrationv1.Validation{
-					{Expression: "object.data.mode in ['fast', 'slow']", Message: "mode must be fast or slow"},
-					{Expression: "!('size' in object.data) || int(object.data.size) < " + strconv.Itoa(cmWarnSize), Message: "size is close to the limit"},
-				},
-				func(s *v1alpha1.AuditPolicySpec) {
-					s.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "has-mode", Expression: "has(object.data) && 'mode' in object.data"}}
-					s.MatchResources = &admissionregistrationv1.MatchResources{ObjectSelector: selector(map[string]string{kindLabel: configMap.String()})}
-					s.Category = "Capacity"
-				}),
-			eval: only(configMap, func(o *object) (counts, bool) {
-				return verdictOf(o.cmSize < cmWarnSize, false), true // every ConfigMap has mode fast
-			})},
-		// A policy that cannot judge some objects: a ConfigMap without owner makes the expression fail with "no
-		// such key", an error result whatever the failurePolicy, so the policy is not safe to enforce.
-		{name: "cm-owner-team",
-			policy: newAP([]admissionregistrationv1.Rule{cms},
-				[]admissionregistrationv1.Validation{{Expression: "object.data.owner.startsWith('team-')", Message: "owner must be a team"}},
-				func(s *v1alpha1.AuditPolicySpec) {
-					s.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
-					s.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: selector(devNS)}
-					s.Category = "Ownership"
-				}),
-			eval: only(configMap, func(o *object) (counts, bool) {
-				switch {
-				case isProd(o):
-					return counts{}, false
-				case o.violation == vCMOwner:
-					return counts{Error: 1}, true
-				}
-				return counts{Pass: 1}, true
-			})},
-		// No matchResources at all, a macro: every gadget passes.
-		{name: "gadget-ports",
-			policy: newAP([]admissionregistrationv1.Rule{gadgets},
-				[]admissionregistrationv1.Validation{{Expression: "!has(object.spec.ports) || object.spec.ports.all(p, p >= 1024 && p < 65536)",
-					MessageExpression: "'port ' + string(object.spec.ports.filter(p, p < 1024 || p >= 65536)[0]) + ' is privileged or out of range'"}}),
-			eval: only(gadget, func(*object) (counts, bool) { return counts{Pass: 1}, true })},
-		// A param found by label selector, in prod namespaces: every Deployment passes.
-		{name: "deploy-cm-param",
-			policy: newAP([]admissionregistrationv1.Rule{deploys},
-				[]admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= int(params.data.max)", Message: "replicas above the cluster limit"}},
-				func(s *v1alpha1.AuditPolicySpec) {
-					s.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
-					s.ParamRef = &admissionregistrationv1.ParamRef{Namespace: paramsNS, Selector: selector(map[string]string{paramLabel: "limits"}),
-						ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)}
-					s.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: selector(prodNS)}
-					s.Severity = "info"
-				}),
-			eval: only(deployment, func(o *object) (counts, bool) {
-				if !isProd(o) {
-					return counts{}, false
-				}
-				return counts{Pass: 1}, true
-			})},
 	}
+}
+
+// writtenSpecs are the AuditPolicies written directly: a variable, a matchCondition, two validations, one that
+// errors on some objects, params by label selector, namespace and object selectors.
+func writtenSpecs() []apSpec {
+	return []apSpec{widgetReplicasProd(), cmData(), cmOwnerTeam(), gadgetPorts(), deployCMParam()}
+}
+
+// widgetReplicasProd is the widgets CRD's rule again, as a policy with a variable and a messageExpression, in prod namespaces.
+func widgetReplicasProd() apSpec {
+	widgets := res(group, "v1", "widgets")
+	return apSpec{name: "widget-replicas-prod",
+		policy: newAP([]admissionregistrationv1.Rule{widgets},
+			[]admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= variables.limit",
+				MessageExpression: "'replicas ' + string(object.spec.replicas) + ' exceed ' + string(variables.limit)"}},
+			func(s *v1alpha1.AuditPolicySpec) {
+				s.Variables = []admissionregistrationv1.Variable{{Name: "limit", Expression: "object.spec.maxReplicas"}}
+				s.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: selector(prodNS)}
+				s.Severity = "high"
+			}),
+		eval: only(widget, func(o *object) (counts, bool) {
+			if !isProd(o) {
+				return counts{}, false
+			}
+			return verdictOf(o.violation != vWidgetCRD, false), true
+		})}
+}
+
+// cmData has two validations behind a matchCondition: one warn per failed validation, one pass when none fails.
+func cmData() apSpec {
+	cms := res("", "v1", "configmaps")
+	return apSpec{name: "cm-data",
+		policy: newAP([]admissionregistrationv1.Rule{cms},
+			[]admissionregistrationv1.Validation{
+				{Expression: "object.data.mode in ['fast', 'slow']", Message: "mode must be fast or slow"},
+				{Expression: "!('size' in object.data) || int(object.data.size) < " + strconv.Itoa(cmWarnSize), Message: "size is close to the limit"},
+			},
+			func(s *v1alpha1.AuditPolicySpec) {
+				s.MatchConditions = []admissionregistrationv1.MatchCondition{{Name: "has-mode", Expression: "has(object.data) && 'mode' in object.data"}}
+				s.MatchResources = &admissionregistrationv1.MatchResources{ObjectSelector: selector(map[string]string{kindLabel: configMap.String()})}
+				s.Category = "Capacity"
+			}),
+		eval: only(configMap, func(o *object) (counts, bool) {
+			return verdictOf(o.cmSize < cmWarnSize, false), true // every ConfigMap has mode fast
+		})}
+}
+
+// cmOwnerTeam cannot judge some objects: a ConfigMap without owner makes the expression fail with "no
+// such key", an error result whatever the failurePolicy, so the policy is not safe to enforce.
+func cmOwnerTeam() apSpec {
+	cms := res("", "v1", "configmaps")
+	return apSpec{name: "cm-owner-team",
+		policy: newAP([]admissionregistrationv1.Rule{cms},
+			[]admissionregistrationv1.Validation{{Expression: "object.data.owner.startsWith('team-')", Message: "owner must be a team"}},
+			func(s *v1alpha1.AuditPolicySpec) {
+				s.FailurePolicy = ptr.To(admissionregistrationv1.Ignore)
+				s.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: selector(devNS)}
+				s.Category = "Ownership"
+			}),
+		eval: only(configMap, func(o *object) (counts, bool) {
+			switch {
+			case isProd(o):
+				return counts{}, false
+			case o.violation == vCMOwner:
+				return counts{Error: 1}, true
+			}
+			return counts{Pass: 1}, true
+		})}
+}
+
+// gadgetPorts has no matchResources at all, and a macro: every gadget passes.
+func gadgetPorts() apSpec {
+	gadgets := res(group, "v1", "gadgets")
+	return apSpec{name: "gadget-ports",
+		policy: newAP([]admissionregistrationv1.Rule{gadgets},
+			[]admissionregistrationv1.Validation{{Expression: "!has(object.spec.ports) || object.spec.ports.all(p, p >= 1024 && p < 65536)",
+				MessageExpression: "'port ' + string(object.spec.ports.filter(p, p < 1024 || p >= 65536)[0]) + ' is privileged or out of range'"}}),
+		eval: only(gadget, func(*object) (counts, bool) { return counts{Pass: 1}, true })}
+}
+
+// deployCMParam has a param found by label selector, in prod namespaces: every Deployment passes.
+func deployCMParam() apSpec {
+	deploys := res("apps", "v1", "deployments")
+	return apSpec{name: "deploy-cm-param",
+		policy: newAP([]admissionregistrationv1.Rule{deploys},
+			[]admissionregistrationv1.Validation{{Expression: "object.spec.replicas <= int(params.data.max)", Message: "replicas above the cluster limit"}},
+			func(s *v1alpha1.AuditPolicySpec) {
+				s.ParamKind = &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"}
+				s.ParamRef = &admissionregistrationv1.ParamRef{Namespace: paramsNS, Selector: selector(map[string]string{paramLabel: "limits"}),
+					ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)}
+				s.MatchResources = &admissionregistrationv1.MatchResources{NamespaceSelector: selector(prodNS)}
+				s.Severity = "info"
+			}),
+		eval: only(deployment, func(o *object) (counts, bool) {
+			if !isProd(o) {
+				return counts{}, false
+			}
+			return counts{Pass: 1}, true
+		})}
 }
 
 // auditPolicies returns the model's n AuditPolicies: the ten specs, repeated under new names past ten.

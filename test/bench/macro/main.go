@@ -117,20 +117,8 @@ func measure(c config) error {
 		c.bin = filepath.Join(repo, "bin", "celaudit")
 	}
 	code := codeVersion(repo)
-	if c.build {
-		logf("building %s from %s", c.bin, code)
-		if err := buildOperator(repo, c.bin); err != nil {
-			return err
-		}
-	}
-	if c.profile != "" {
-		if err := os.MkdirAll(c.profile, 0o755); err != nil {
-			return err
-		}
-		logf("building the profiling variant")
-		if err := buildProfiled(repo, filepath.Join(c.workdir, "celaudit-profiled")); err != nil {
-			return err
-		}
+	if err := build(c, repo, code); err != nil {
+		return err
 	}
 	res := &Result{
 		Code:        code,
@@ -157,6 +145,25 @@ func measure(c config) error {
 		return err
 	}
 	return runErr
+}
+
+// build builds the operator from the code of repo (named code) unless -build=false, and the profiling
+// variant with -profile.
+func build(c config, repo, code string) error {
+	if c.build {
+		logf("building %s from %s", c.bin, code)
+		if err := buildOperator(repo, c.bin); err != nil {
+			return err
+		}
+	}
+	if c.profile == "" {
+		return nil
+	}
+	if err := os.MkdirAll(c.profile, 0o755); err != nil {
+		return err
+	}
+	logf("building the profiling variant")
+	return buildProfiled(repo, filepath.Join(c.workdir, "celaudit-profiled"))
 }
 
 func repoRoot() (string, error) {

@@ -211,8 +211,26 @@ func writeResult(c config, r *Result) error {
 	return nil
 }
 
+// printer prints one line of markdown.
+type printer func(format string, args ...any)
+
+// markdown writes the section of one run: what was measured on which cluster, the measures, the AuditPolicy
+// statuses, the LIST time per resource and the API requests.
 func markdown(w io.Writer, r *Result) {
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
+	p := printer(func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) })
+	mdCluster(p, r)
+	p("| measure | value |")
+	p("| --- | --- |")
+	mdFirstAudit(p, r)
+	mdIdle(p, r)
+	mdChanges(p, r)
+	mdStatuses(p, r)
+	mdLists(p, r)
+	mdRequests(p, r)
+}
+
+// mdCluster writes the heading, the run's command and machine, and the cluster measured.
+func mdCluster(p printer, r *Result) {
 	p("### N = %s audited objects%s", thousands(r.Objects), apSuffix(r))
 	p("")
 	p("`%s` — %s; operator built from %s; %d CPUs (`nproc`), %s, %s; load average at start %s (other builds share the machine).",
@@ -234,8 +252,10 @@ func markdown(w io.Writer, r *Result) {
 		strings.Join(kinds, ", "), r.Namespaces, r.Namespaces, r.CRDs, r.VAPs, r.Bindings, apDescription(r.AuditPolicies),
 		thousands(r.ViolatingObjects), secs(r.CreateSeconds), float64(r.Objects)/max(r.CreateSeconds, 1e-9), r.Concurrency)
 	p("")
-	p("| measure | value |")
-	p("| --- | --- |")
+}
+
+// mdFirstAudit writes the rows of the bare LIST and the first audit: time, CPU, results and memory.
+func mdFirstAudit(p printer, r *Result) {
 	p("| `list`: one bare paginated LIST (limit 500, dynamic client) of all %s audited objects, median of 3 | %s (runs: %s) |",
 		thousands(r.ListObjects), secs(r.ListSeconds), joinSecs(r.ListRuns))
 	p("| `first-audit`: operator start to the last report event before 3 s of quiet | **%s** = **%.2f× list** (readyz `audit` ok after %s) |",
@@ -268,6 +288,10 @@ func markdown(w io.Writer, r *Result) {
 		mib(r.AfterFirstAudit.HWM), mib(r.End.HWM), mib(r.End.SampledMax))
 	p("| same policies, no audited objects: VmHWM | %s (settled in %s) |", mib(r.Baseline.HWM), secs(r.BaselineSettleSeconds))
 	p("| bytes per audited object above the empty baseline (end VmHWM; after first audit) | **%.0f B**; %.0f B |", r.BytesPerObject, r.BytesPerObjectAfterFirstAudit)
+}
+
+// mdIdle writes the rows of the idle window, and those of the AuditPolicies' statuses.
+func mdIdle(p printer, r *Result) {
 	p("| idle %s: report writes / LIST calls by the operator (audit log) / report events | %d / %d / %d (all clients, metrics: %d / %d) |", idleString(r),
 		r.OperatorRequests[phaseIdle].sum(writeVerbs, isReport), r.OperatorRequests[phaseIdle].sum([]string{"LIST"}, nil), r.IdleReportEvents,
 		r.Requests[phaseIdle].sum(writeVerbs, isReport), r.Requests[phaseIdle].sum([]string{"LIST"}, nil))
@@ -281,6 +305,10 @@ func markdown(w io.Writer, r *Result) {
 		p("| the same at the end, after the updates and the policy edit | %s |", statusCheckString(r.StatusEnd, "after the check began"))
 		p("| the same in the baseline run (no audited objects: every count 0, SafeToEnforce True) | %s |", statusCheckString(r.StatusBaseline, "after operator start"))
 	}
+}
+
+// mdChanges writes the rows of the updates, the policy edit, the reports' size and the operator's CPU.
+func mdChanges(p printer, r *Result) {
 	for _, f := range r.Flips {
 		p("| change-to-report latency, %d %s updates at %.1f/s flipping compliance for %s (update response to report event) | p50 **%s**, p99 **%s**, max %s (%d measured, %d never seen, %d failed; summaries match after: %v) |",
 			f.Count, f.Kind, f.AchievedRate, f.Policy, secs(f.P50), secs(f.P99), secs(f.Max), f.Measured, f.Unseen, f.Failed, f.SummariesMatch)
@@ -296,33 +324,43 @@ func markdown(w io.Writer, r *Result) {
 		r.ReportsAfterFirstAudit.Count, thousands(r.ReportsAfterFirstAudit.Bytes), thousands(r.ReportsAfterFirstAudit.Listed),
 		r.ReportsEnd.Count, thousands(r.ReportsEnd.Bytes), thousands(r.ReportsEnd.Listed))
 	p("| operator CPU, whole run | %s |", secs(r.TotalCPUSeconds))
-	if c := r.StatusAfterFirstAudit; c != nil && len(c.Expected) > 0 {
-		p("")
-		p("AuditPolicy statuses after the first audit, expected by the model (a status that differs is shown as got ≠ want):")
-		p("")
-		p("| AuditPolicy | matched | pass | warn | error | fail / skip | SafeToEnforce |")
-		p("| --- | --- | --- | --- | --- | --- | --- |")
-		names := make([]string, 0, len(c.Expected))
-		for n := range c.Expected {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			w, g := c.Expected[n], c.Got[n]
-			cell := func(want, got int) string {
-				if want == got {
-					return thousands(want)
-				}
-				return fmt.Sprintf("**%s ≠ %s**", thousands(got), thousands(want))
-			}
-			safe := w.SafeToEnforce
-			if g.SafeToEnforce != w.SafeToEnforce {
-				safe = fmt.Sprintf("**%q ≠ %s**", g.SafeToEnforce, w.SafeToEnforce)
-			}
-			p("| %s | %s | %s | %s | %s | %s / %s | %s |", n, cell(w.Matched, g.Matched), cell(w.Pass, g.Pass), cell(w.Warn, g.Warn),
-				cell(w.Error, g.Error), cell(w.Fail, g.Fail), cell(w.Skip, g.Skip), safe)
-		}
+}
+
+// mdStatuses writes the table of the AuditPolicies' statuses after the first audit against the model.
+func mdStatuses(p printer, r *Result) {
+	c := r.StatusAfterFirstAudit
+	if c == nil || len(c.Expected) == 0 {
+		return
 	}
+	p("")
+	p("AuditPolicy statuses after the first audit, expected by the model (a status that differs is shown as got ≠ want):")
+	p("")
+	p("| AuditPolicy | matched | pass | warn | error | fail / skip | SafeToEnforce |")
+	p("| --- | --- | --- | --- | --- | --- | --- |")
+	names := make([]string, 0, len(c.Expected))
+	for n := range c.Expected {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		w, g := c.Expected[n], c.Got[n]
+		cell := func(want, got int) string {
+			if want == got {
+				return thousands(want)
+			}
+			return fmt.Sprintf("**%s ≠ %s**", thousands(got), thousands(want))
+		}
+		safe := w.SafeToEnforce
+		if g.SafeToEnforce != w.SafeToEnforce {
+			safe = fmt.Sprintf("**%q ≠ %s**", g.SafeToEnforce, w.SafeToEnforce)
+		}
+		p("| %s | %s | %s | %s | %s | %s / %s | %s |", n, cell(w.Matched, g.Matched), cell(w.Pass, g.Pass), cell(w.Warn, g.Warn),
+			cell(w.Error, g.Error), cell(w.Fail, g.Fail), cell(w.Skip, g.Skip), safe)
+	}
+}
+
+// mdLists writes the LIST time per resource of the median run.
+func mdLists(p printer, r *Result) {
 	p("")
 	p("LIST time per resource (median run):")
 	p("")
@@ -337,6 +375,10 @@ func markdown(w io.Writer, r *Result) {
 		p("| %s | %.3f |", k, r.ListByResource[k])
 	}
 	p("")
+}
+
+// mdRequests writes the API requests by phase, of the operator and of all clients, and the run's errors.
+func mdRequests(p printer, r *Result) {
 	p("API requests of the operator, by phase, from the API server's audit log (user `%s`; a WATCH is counted when it starts):", operatorUser)
 	p("")
 	requestTable(p, r, r.OperatorRequests)
@@ -465,19 +507,33 @@ func writeGoals(c config) error {
 		return err
 	}
 	defer closeOut()
-	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
-	met := func(ok bool) string {
-		if ok {
-			return "met"
-		}
-		return "**not met**"
-	}
+	p := printer(func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) })
 	p("| goal | N | measured | verdict |")
 	p("| --- | --- | --- | --- |")
+	for _, goal := range []func(printer, []*Result){goalFirstAudit, goalMemory, goalIdle, goalLatency, goalEdit, goalStatuses, goalAuditPolicyCost} {
+		goal(p, rs)
+	}
+	return nil
+}
+
+// met is the verdict of a goal.
+func met(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**not met**"
+}
+
+// goalFirstAudit writes the goal of the first audit's time against a bare LIST, for each run.
+func goalFirstAudit(p printer, rs []*Result) {
 	for _, r := range rs {
 		ratio := r.FirstAuditSeconds / max(r.ListSeconds, 1e-9)
 		p("| first-audit <= 1.5× list | %s | %s / %s = %.2f× | %s |", runLabel(r), secs(r.FirstAuditSeconds), secs(r.ListSeconds), ratio, met(ratio <= 1.5 && r.SummariesMatch))
 	}
+}
+
+// goalMemory writes the goal of the memory per audited object, for each run.
+func goalMemory(p printer, rs []*Result) {
 	for _, r := range rs {
 		n := thousands(r.Objects)
 		scope := ""
@@ -487,6 +543,10 @@ func writeGoals(c config) error {
 		p("| RSS <= 1 KiB per audited object above the empty baseline | %s | (%s − %s) / %s = %.0f B%s | %s |",
 			runLabel(r), mib(r.End.HWM), mib(r.Baseline.HWM), n, r.BytesPerObject, scope, met(r.Baseline.HWM > 0 && r.BytesPerObject <= 1024))
 	}
+}
+
+// goalIdle writes the goal of an idle operator's writes and LISTs, for each run.
+func goalIdle(p printer, rs []*Result) {
 	for _, r := range rs {
 		writes := r.OperatorRequests[phaseIdle].sum(writeVerbs, isReport)
 		lists := r.OperatorRequests[phaseIdle].sum([]string{"LIST"}, nil)
@@ -502,6 +562,10 @@ func writeGoals(c config) error {
 			r.Requests[phaseIdle].sum(writeVerbs, isAuditPolicy), r.Requests[phaseIdle].sum([]string{"LIST"}, nil), r.IdleAuditPolicyEvents,
 			met(r.OperatorRequests != nil && writes == 0 && apWrites == 0 && lists == 0 && r.IdleAuditPolicyEvents == 0))
 	}
+}
+
+// goalLatency writes the goal of change-to-report latency, for each run's updates.
+func goalLatency(p printer, rs []*Result) {
 	for _, r := range rs {
 		for _, f := range r.Flips {
 			ok := f.Measured > 0 && f.P99 < 2 && f.Unseen == 0 && f.Failed == 0
@@ -509,10 +573,18 @@ func writeGoals(c config) error {
 				runLabel(r), f.Kind, f.Policy, secs(f.P99), secs(f.P50), f.Count, f.AchievedRate, f.Unseen, met(ok))
 		}
 	}
+}
+
+// goalEdit writes the goal of a policy edit's time to complete reports, for each run.
+func goalEdit(p printer, rs []*Result) {
 	for _, r := range rs {
 		p("| policy edit to complete reports within 2× list of the affected kinds | %s | %s / %s (widgets) = %.2f× | %s |",
 			runLabel(r), secs(r.Edit.Seconds), secs(r.ListWidgetsSeconds), r.Edit.Ratio, met(r.Edit.Matched && r.Edit.Ratio <= 2))
 	}
+}
+
+// goalStatuses writes the goal of the AuditPolicies' statuses, for each run with AuditPolicies.
+func goalStatuses(p printer, rs []*Result) {
 	for _, r := range rs {
 		if r.AuditPolicies == 0 {
 			continue
@@ -528,6 +600,11 @@ func writeGoals(c config) error {
 			p("| every AuditPolicy status equals the model %s | %s | %s | %s |", c.when, runLabel(r), measured, met(c.check != nil && c.check.Matched))
 		}
 	}
+}
+
+// goalAuditPolicyCost writes the goals of what AuditPolicies cost, for each run with AuditPolicies beside the
+// run without any at the same object count.
+func goalAuditPolicyCost(p printer, rs []*Result) {
 	for _, pair := range auditPolicyPairs(rs) {
 		with, without := pair[0], pair[1]
 		rw := with.FirstAuditSeconds / max(with.ListSeconds, 1e-9)
@@ -538,7 +615,6 @@ func writeGoals(c config) error {
 			with.AuditPolicies, thousands(with.Objects), with.BytesPerObject, without.BytesPerObject,
 			100*(with.BytesPerObject/max(without.BytesPerObject, 1e-9)-1), met(with.BytesPerObject <= 1.1*without.BytesPerObject))
 	}
-	return nil
 }
 
 // runLabel names a run in the goals table: its object count, and its AuditPolicies if any.
@@ -565,33 +641,12 @@ func auditPolicyPairs(rs []*Result) [][2]*Result {
 
 var benchLine = regexp.MustCompile(`^Benchmark(\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) B/op)?(?:\s+([\d.]+) allocs/op)?`)
 
+// benchStat is the runs of one micro benchmark.
+type benchStat struct{ ns, bytes, allocs []float64 }
+
 func writeMicro(c config) error {
-	f, err := os.Open(c.micro)
+	stats, order, err := readMicro(c.micro)
 	if err != nil {
-		return err
-	}
-	defer f.Close()
-	type stat struct{ ns, bytes, allocs []float64 }
-	stats := map[string]*stat{}
-	var order []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := benchLine.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		s := stats[m[1]]
-		if s == nil {
-			s = &stat{}
-			stats[m[1]] = s
-			order = append(order, m[1])
-		}
-		ns, _ := strconv.ParseFloat(m[2], 64)
-		b, _ := strconv.ParseFloat(m[3], 64)
-		a, _ := strconv.ParseFloat(m[4], 64)
-		s.ns, s.bytes, s.allocs = append(s.ns, ns), append(s.bytes, b), append(s.allocs, a)
-	}
-	if err := sc.Err(); err != nil {
 		return err
 	}
 	med := func(v []float64) float64 {
@@ -622,6 +677,36 @@ func writeMicro(c config) error {
 		fmt.Fprintf(w, "| %s | %s | %s | %.0f | %s |\n", name, thousands(int(med(s.ns)+0.5)), thousands(int(med(s.bytes)+0.5)), med(s.allocs), ratio)
 	}
 	return nil
+}
+
+// readMicro reads the runs of each benchmark of a 'go test -bench' output file, and the benchmarks' names in
+// the order they first appear.
+func readMicro(path string) (map[string]*benchStat, []string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer f.Close()
+	stats := map[string]*benchStat{}
+	var order []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := benchLine.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		s := stats[m[1]]
+		if s == nil {
+			s = &benchStat{}
+			stats[m[1]] = s
+			order = append(order, m[1])
+		}
+		ns, _ := strconv.ParseFloat(m[2], 64)
+		b, _ := strconv.ParseFloat(m[3], 64)
+		a, _ := strconv.ParseFloat(m[4], 64)
+		s.ns, s.bytes, s.allocs = append(s.ns, ns), append(s.bytes, b), append(s.allocs, a)
+	}
+	return stats, order, sc.Err()
 }
 
 // openOutput returns the file at path for writing, or standard output when path is empty, and how to close it.

@@ -53,78 +53,98 @@ func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error
 		return nil, err
 	}
 	cl := &cluster{env: env, auditLog: auditLog, model: model{namespaces: c.namespaces, auditPolicies: c.auditPolicies}}
-	ok := false
-	defer func() {
-		if !ok {
-			cl.stop()
-		}
-	}()
-	cfg := rest.CopyConfig(env.Config)
-	cfg.QPS, cfg.Burst = 10000, 20000
-	if cl.client, err = client.New(cfg, client.Options{Scheme: env.Client.Scheme()}); err != nil {
+	if err := cl.connect(filepath.Join(c.workdir, fmt.Sprintf("kubeconfig-%d", n))); err != nil {
+		cl.stop()
 		return nil, err
 	}
-	if cl.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+	if err := cl.store(ctx, c, n, res); err != nil {
+		cl.stop()
 		return nil, err
+	}
+	if err := cl.follow(ctx, c); err != nil {
+		cl.stop()
+		return nil, err
+	}
+	return cl, nil
+}
+
+// connect makes the harness's clients, unthrottled, and writes the kubeconfig of the operator's user to
+// kubeconfig.
+func (cl *cluster) connect(kubeconfig string) error {
+	cfg := rest.CopyConfig(cl.env.Config)
+	cfg.QPS, cfg.Burst = 10000, 20000
+	var err error
+	if cl.client, err = client.New(cfg, client.Options{Scheme: cl.env.Client.Scheme()}); err != nil {
+		return err
+	}
+	if cl.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		return err
 	}
 	cs, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	cl.metrics = apiMetrics{client: cs.CoreV1().RESTClient()}
-	user, err := env.AddUser(envtest.User{Name: "celaudit", Groups: []string{"system:masters"}}, nil)
+	user, err := cl.env.AddUser(envtest.User{Name: "celaudit", Groups: []string{"system:masters"}}, nil)
 	if err != nil {
-		return nil, fmt.Errorf("adding the operator's user: %w", err)
+		return fmt.Errorf("adding the operator's user: %w", err)
 	}
 	kc, err := user.KubeConfig()
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cl.kubeconfig = filepath.Join(c.workdir, fmt.Sprintf("kubeconfig-%d", n))
-	if err := os.WriteFile(cl.kubeconfig, kc, 0o600); err != nil {
-		return nil, err
-	}
+	cl.kubeconfig = kubeconfig
+	return os.WriteFile(cl.kubeconfig, kc, 0o600)
+}
 
+// store stores the CRDs without rules, the namespaces, params and n objects, then the CRD rules, the
+// policies and the AuditPolicies.
+func (cl *cluster) store(ctx context.Context, c config, n int, res *Result) error {
 	if err := setupCluster(ctx, cl.client, c.namespaces); err != nil {
-		return nil, err
+		return err
 	}
 	cl.objects = plan(n, c.namespaces)
 	if n > 0 {
 		logf("creating %d objects with %d goroutines", n, c.concurrency)
 		took, err := createAll(ctx, cl.client, cl.objects, c.concurrency)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		res.CreateSeconds = took.Seconds()
 		logf("created %d objects in %s (%.0f/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 	}
 	if err := tighten(ctx, cl.client); err != nil {
-		return nil, err
+		return err
 	}
+	var err error
 	if res.VAPs, res.Bindings, err = installPolicies(ctx, cl.client); err != nil {
-		return nil, err
+		return err
 	}
 	res.CRDs = 3
 	if err := installAuditPolicies(ctx, cl.client, auditPolicies(c.auditPolicies)); err != nil {
-		return nil, err
+		return err
 	}
 	res.AuditPolicies = c.auditPolicies
-	// Policies and CRD rule changes take effect in the API server asynchronously; nothing below writes an
-	// object they could reject until the flip phase, which writes compliant values only.
+	return nil
+}
+
+// follow watches the reports and, with AuditPolicies, their statuses. Policies and CRD rule changes take
+// effect in the API server asynchronously; nothing after this writes an object they could reject until the
+// flip phase, which writes compliant values only.
+func (cl *cluster) follow(ctx context.Context, c config) error {
 	wctx, cancel := context.WithCancel(ctx)
 	cl.cancel = cancel
 	cl.reports = newReports()
 	if err := cl.reports.watch(wctx, cl.dyn, reportAPI(c)); err != nil {
-		return nil, err
+		return err
 	}
 	if c.auditPolicies > 0 {
 		cl.aps = newAuditPolicyWatch()
 		if err := cl.aps.watch(wctx, cl.dyn); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	ok = true
-	return cl, nil
+	return nil
 }
 
 // mark records a measured window, from start to now.
@@ -282,8 +302,28 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		return err
 	}
 	logf("list: %.2fs for %d objects (runs %v)", res.ListSeconds, res.ListObjects, res.ListRuns)
+	if err := measureBackground(ctx, cl, res); err != nil {
+		return err
+	}
+	op, err := measureFirstAudit(ctx, c, cl, res)
+	if op != nil {
+		defer op.stop()
+	}
+	if err != nil {
+		return err
+	}
+	if err := measureIdle(ctx, c, cl, res); err != nil {
+		return err
+	}
+	if err := measureChanges(ctx, c, cl, res, op); err != nil {
+		return err
+	}
+	return measureEnd(ctx, c, cl, res, op)
+}
 
-	// Requests of clients other than the API server itself, with nobody running: the subtraction leaves none.
+// measureBackground counts the requests of clients other than the API server itself, with nobody running:
+// the subtraction leaves none.
+func measureBackground(ctx context.Context, cl *cluster, res *Result) error {
 	b0, err := cl.metrics.scrape(ctx)
 	if err != nil {
 		return err
@@ -298,26 +338,23 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	res.Requests = map[string]requests{}
 	res.Requests[phaseBackground] = delta(b0, b1)
 	res.Phases = []string{phaseBackground, phaseFirstAudit, phaseIdle}
+	return nil
+}
 
-	// First audit.
+// measureFirstAudit starts the operator and measures its first audit: until the reports reflect every object
+// (and the AuditPolicies' statuses the model), its CPU, the control plane's and the requests made. It returns
+// the operator once started, for the caller to stop, also with an error.
+func measureFirstAudit(ctx context.Context, c config, cl *cluster, res *Result) (*operator, error) {
 	m0, err := cl.metrics.scrape(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	start = time.Now()
+	start := time.Now()
 	cpMeter := startCPU()
-	bin, args := c.bin, operatorArgs(c)
-	if c.profile != "" {
-		bin = filepath.Join(c.workdir, "celaudit-profiled")
-		// Segment 1: the first audit; 2: the Deployment updates; 3: the ConfigMap updates.
-		args = append(args, "--cpuprofile="+filepath.Join(c.profile, fmt.Sprintf("cpu-%d", c.objects)),
-			"--heapprofile="+filepath.Join(c.profile, fmt.Sprintf("heap-%d", c.objects)))
-	}
-	op, err := startOperator(bin, cl.kubeconfig, filepath.Join(c.workdir, fmt.Sprintf("operator-%d.log", c.objects)), args, strings.Fields(c.operatorEnv))
+	op, err := startAuditor(c, cl)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer op.stop()
 	// The CPU used until readiness (every object evaluated) against after it (the reports written) tells
 	// which program bounds each phase of the first audit.
 	var readyOpCPU, readyCPCPU time.Duration
@@ -326,50 +363,76 @@ func runMain(ctx context.Context, c config, res *Result) error {
 		readyCPCPU = controlPlaneCPU() - cpMeter.cp
 	})
 	logf("operator started (pid %d, log %s)", op.cmd.Process.Pid, op.log.Name())
-	last, got, matched := cl.reports.waitSettled(ctx, func() bool { return ready() && op.running() == nil }, want, 3*time.Second, c.auditTimeout)
+	last, got, matched := cl.reports.waitSettled(ctx, func() bool { return ready() && op.running() == nil }, res.Expected, 3*time.Second, c.auditTimeout)
 	if err := op.running(); err != nil {
-		return err
+		return op, err
 	}
 	res.FirstAuditSeconds = last.Sub(op.started).Seconds()
-	if !readyAt().IsZero() {
-		res.ReadySeconds = readyAt().Sub(op.started).Seconds()
-	}
 	res.Summaries, res.SummariesMatch = got, matched
 	if cpu, err := op.cpu(); err == nil {
 		res.FirstAuditCPUSeconds = cpu.Seconds()
 	}
 	res.FirstAuditControlPlaneCPUSeconds, _ = cpMeter.stop()
-	if !readyAt().IsZero() {
+	if at := readyAt(); !at.IsZero() {
+		res.ReadySeconds = at.Sub(op.started).Seconds()
 		res.ReadyCPUSeconds, res.ReadyControlPlaneCPUSeconds = readyOpCPU.Seconds(), readyCPCPU.Seconds()
 	}
 	if res.AfterFirstAudit, err = op.memory(); err != nil {
-		return err
+		return op, err
 	}
 	res.ReportsAfterFirstAudit.Count, res.ReportsAfterFirstAudit.Bytes, res.ReportsAfterFirstAudit.Listed = cl.reports.size()
-	if cl.aps != nil {
-		// The statuses are part of the first audit's writes: the idle window starts once they are settled.
-		check := cl.aps.waitStatuses(ctx, cl.model.statuses(cl.objects), op.started, 3*time.Second, c.statusTimeout)
-		res.StatusAfterFirstAudit = &check
-		logf("AuditPolicy statuses after the first audit: match %v, last change %.2fs after start %v", check.Matched, check.Seconds, check.Mismatches)
-		if !check.Matched {
-			res.Errors = append(res.Errors, fmt.Sprintf("AuditPolicy statuses after the first audit differ from the model: %s", strings.Join(check.Mismatches, "; ")))
-		}
-	}
+	// The statuses are part of the first audit's writes: the idle window starts once they are settled.
+	checkStatuses(ctx, c, cl, res, "after the first audit", op.started, &res.StatusAfterFirstAudit)
 	m1, err := cl.metrics.scrape(ctx)
 	if err != nil {
-		return err
+		return op, err
 	}
 	cl.mark(phaseFirstAudit, start)
 	res.Requests[phaseFirstAudit] = delta(m0, m1)
-	if c.profile != "" {
-		_ = op.cmd.Process.Signal(syscall.SIGUSR1)
-	}
+	op.profileSegment(c)
 	logf("first audit: %.2fs (ready %.2fs), summaries %+v, match %v", res.FirstAuditSeconds, res.ReadySeconds, got, matched)
 	if !matched {
-		return fmt.Errorf("the reports never reflected every object: summed summaries %+v, want %+v", got, want)
+		return op, fmt.Errorf("the reports never reflected every object: summed summaries %+v, want %+v", got, res.Expected)
 	}
+	return op, nil
+}
 
-	// Idle.
+// startAuditor starts the operator on cl: the profiling build with -profile (segment 1 of its profiles is the
+// first audit; 2 the Deployment updates; 3 the ConfigMap updates).
+func startAuditor(c config, cl *cluster) (*operator, error) {
+	bin, args := c.bin, operatorArgs(c)
+	if c.profile != "" {
+		bin = filepath.Join(c.workdir, "celaudit-profiled")
+		args = append(args, "--cpuprofile="+filepath.Join(c.profile, fmt.Sprintf("cpu-%d", c.objects)),
+			"--heapprofile="+filepath.Join(c.profile, fmt.Sprintf("heap-%d", c.objects)))
+	}
+	return startOperator(bin, cl.kubeconfig, filepath.Join(c.workdir, fmt.Sprintf("operator-%d.log", c.objects)), args, strings.Fields(c.operatorEnv))
+}
+
+// profileSegment ends a segment of the profiling build's profiles; nothing without -profile.
+func (o *operator) profileSegment(c config) {
+	if c.profile != "" {
+		_ = o.cmd.Process.Signal(syscall.SIGUSR1)
+	}
+}
+
+// checkStatuses waits until the AuditPolicies' statuses equal the model, or the status timeout passes, and
+// records the comparison in *into (at is the moment named "when" that the wait measures from); a mismatch
+// is one of the run's errors. Nothing without AuditPolicies.
+func checkStatuses(ctx context.Context, c config, cl *cluster, res *Result, when string, at time.Time, into **StatusCheck) {
+	if cl.aps == nil {
+		return
+	}
+	check := cl.aps.waitStatuses(ctx, cl.model.statuses(cl.objects), at, 3*time.Second, c.statusTimeout)
+	*into = &check
+	logf("AuditPolicy statuses %s: match %v, last change after %.2fs %v", when, check.Matched, check.Seconds, check.Mismatches)
+	if !check.Matched {
+		res.Errors = append(res.Errors, fmt.Sprintf("AuditPolicy statuses %s differ from the model: %s", when, strings.Join(check.Mismatches, "; ")))
+	}
+}
+
+// measureIdle counts the report and AuditPolicy events and the requests of an idle window.
+func measureIdle(ctx context.Context, c config, cl *cluster, res *Result) error {
 	logf("idle for %s", c.idle)
 	_, _, eventsBefore := cl.reports.snapshot()
 	statusEventsBefore := cl.auditPolicyEvents()
@@ -377,7 +440,7 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	if err != nil {
 		return err
 	}
-	start = time.Now()
+	start := time.Now()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
@@ -395,43 +458,35 @@ func runMain(ctx context.Context, c config, res *Result) error {
 	logf("idle: %d report events, %d report writes, %d LISTs, %d AuditPolicy events, %d AuditPolicy writes", res.IdleReportEvents,
 		res.Requests[phaseIdle].sum(writeVerbs, isReport), res.Requests[phaseIdle].sum([]string{"LIST"}, nil),
 		res.IdleAuditPolicyEvents, res.Requests[phaseIdle].sum(writeVerbs, isAuditPolicy))
+	return nil
+}
 
-	// Change-to-report latency: Deployments (a policy whose param kind is a CRD) and ConfigMaps (a policy
-	// whose param kind is ConfigMap, the kind being changed).
+// measureChanges measures change-to-report latency, for Deployments (a policy whose param kind is a CRD) and
+// ConfigMaps (a policy whose param kind is ConfigMap, the kind being changed), then a policy edit.
+func measureChanges(ctx context.Context, c config, cl *cluster, res *Result, op *operator) error {
 	for _, k := range []kind{deployment, configMap} {
-		if c.profile != "" {
-			_ = op.cmd.Process.Signal(syscall.SIGUSR1)
-		}
+		op.profileSegment(c)
 		err := measureFlips(ctx, c, cl, res, k, op.cpu)
-		if c.profile != "" {
-			_ = op.cmd.Process.Signal(syscall.SIGUSR1)
-		}
+		op.profileSegment(c)
 		if err != nil {
 			return err
 		}
 	}
-	// Policy edit.
-	if err := measureEdit(ctx, cl, res); err != nil {
-		return err
-	}
+	return measureEdit(ctx, cl, res)
+}
 
-	if cl.aps != nil {
-		// After the updates and the edit: the statuses follow the objects the updates changed.
-		checked := time.Now()
-		check := cl.aps.waitStatuses(ctx, cl.model.statuses(cl.objects), checked, 3*time.Second, c.statusTimeout)
-		res.StatusEnd = &check
-		logf("AuditPolicy statuses at the end: match %v %v", check.Matched, check.Mismatches)
-		if !check.Matched {
-			res.Errors = append(res.Errors, fmt.Sprintf("AuditPolicy statuses at the end differ from the model: %s", strings.Join(check.Mismatches, "; ")))
-		}
-	}
-
+// measureEnd checks the AuditPolicies' statuses after the updates and the edit, and records the operator's
+// total CPU and memory, the reports' size, the bytes per object and the operator's own requests.
+func measureEnd(ctx context.Context, c config, cl *cluster, res *Result, op *operator) error {
+	// After the updates and the edit: the statuses follow the objects the updates changed.
+	checkStatuses(ctx, c, cl, res, "at the end", time.Now(), &res.StatusEnd)
 	if err := op.running(); err != nil {
 		return err
 	}
 	if cpu, err := op.cpu(); err == nil {
 		res.TotalCPUSeconds = cpu.Seconds()
 	}
+	var err error
 	if res.End, err = op.memory(); err != nil {
 		return err
 	}
@@ -532,31 +587,8 @@ func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kin
 	}
 	phase := fmt.Sprintf("%d %s updates", len(candidates), k)
 	logf("change-to-report: %s at %.0f/s", phase, c.flipRate)
-	var mu sync.Mutex
-	pending := map[string][]*flip{} // namespace -> flips not yet seen
-	active := true
-	cl.reports.onEvent(func(ns string, at time.Time) {
-		mu.Lock()
-		defer mu.Unlock()
-		if !active {
-			return
-		}
-		rest := pending[ns][:0]
-		for _, f := range pending[ns] {
-			listed := cl.reports.listed(ns, listedKey{policy: fl.policy, kind: k.String(), name: f.obj.name()}) != ""
-			if listed == f.wantListed {
-				f.seen = at
-				continue
-			}
-			rest = append(rest, f)
-		}
-		pending[ns] = rest
-	})
-	defer func() {
-		mu.Lock()
-		active = false
-		mu.Unlock()
-	}()
+	t := newFlipTracker(cl.reports, fl.policy, k)
+	defer t.stop()
 
 	f0, err := cl.metrics.scrape(ctx)
 	if err != nil {
@@ -565,50 +597,9 @@ func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kin
 	windowStart := time.Now()
 	meter := startCPU()
 	op0, _ := opCPU()
-	flips := make([]*flip, 0, len(candidates))
-	tick := time.NewTicker(time.Duration(float64(time.Second) / c.flipRate))
-	var wg sync.WaitGroup
-	start := time.Now()
-	for _, o := range candidates {
-		<-tick.C
-		f := &flip{obj: o}
-		f.patch, f.wantListed = fl.apply(o)
-		flips = append(flips, f)
-		mu.Lock()
-		pending[nsName(o.ns)] = append(pending[nsName(o.ns)], f)
-		mu.Unlock()
-		var target client.Object = &corev1.ConfigMap{}
-		if k == deployment {
-			target = &appsv1.Deployment{}
-		}
-		target.SetNamespace(nsName(o.ns))
-		target.SetName(o.name())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			err := cl.client.Patch(ctx, target, client.RawPatch(types.MergePatchType, f.patch))
-			mu.Lock()
-			f.resp, f.err = time.Now(), err
-			mu.Unlock()
-		}()
-	}
-	tick.Stop()
-	wg.Wait()
-	out := FlipResult{Kind: k.String(), Policy: fl.policy, Count: len(flips), AchievedRate: float64(len(flips)) / time.Since(start).Seconds()}
-
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		mu.Lock()
-		left := 0
-		for _, fs := range pending {
-			left += len(fs)
-		}
-		mu.Unlock()
-		if left == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	flips, rate := sendFlips(ctx, cl.client, k, fl, candidates, c.flipRate, t)
+	out := FlipResult{Kind: k.String(), Policy: fl.policy, Count: len(flips), AchievedRate: rate}
+	t.wait(2 * time.Minute)
 	out.WindowSeconds = time.Since(windowStart).Seconds()
 	out.ControlPlaneCPU, out.HarnessCPU = meter.stop()
 	if op1, err := opCPU(); err == nil {
@@ -628,9 +619,110 @@ func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kin
 	cl.mark(phase, windowStart)
 	res.Requests[phase] = delta(f0, f1).minus(map[string]float64{patched: float64(len(flips))})
 	res.Phases = append(res.Phases, phase)
+	t.latencies(flips, &out)
+	res.Flips = append(res.Flips, out)
+	logf("change-to-report %s: p50 %.3fs p99 %.3fs max %.3fs, %d unseen, %d failed, summaries match %v (%+v)",
+		k, out.P50, out.P99, out.Max, out.Unseen, out.Failed, matched, got)
+	return nil
+}
 
-	mu.Lock()
-	defer mu.Unlock()
+// flipTracker follows the report events until each flip's new state shows in its namespace's reports.
+type flipTracker struct {
+	mu      sync.Mutex
+	pending map[string][]*flip // namespace -> flips not yet seen
+	active  bool
+}
+
+// newFlipTracker returns a tracker of the flips of kind k under policy, told of every report event.
+func newFlipTracker(r *reports, policy string, k kind) *flipTracker {
+	t := &flipTracker{pending: map[string][]*flip{}, active: true}
+	r.onEvent(func(ns string, at time.Time) {
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		if !t.active {
+			return
+		}
+		rest := t.pending[ns][:0]
+		for _, f := range t.pending[ns] {
+			listed := r.listed(ns, listedKey{policy: policy, kind: k.String(), name: f.obj.name()}) != ""
+			if listed == f.wantListed {
+				f.seen = at
+				continue
+			}
+			rest = append(rest, f)
+		}
+		t.pending[ns] = rest
+	})
+	return t
+}
+
+// stop ignores the report events that follow.
+func (t *flipTracker) stop() {
+	t.mu.Lock()
+	t.active = false
+	t.mu.Unlock()
+}
+
+// add waits for the new state of f to show.
+func (t *flipTracker) add(f *flip) {
+	t.mu.Lock()
+	t.pending[nsName(f.obj.ns)] = append(t.pending[nsName(f.obj.ns)], f)
+	t.mu.Unlock()
+}
+
+// wait waits until every flip has shown, or timeout has passed.
+func (t *flipTracker) wait(timeout time.Duration) {
+	deadline := time.Now().Add(timeout)
+	for {
+		t.mu.Lock()
+		left := 0
+		for _, fs := range t.pending {
+			left += len(fs)
+		}
+		t.mu.Unlock()
+		if left == 0 || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// sendFlips patches each candidate at rate per second, each patch flipping its compliance, and returns the
+// flips once every patch is answered, and the rate achieved.
+func sendFlips(ctx context.Context, c client.Client, k kind, fl flipper, candidates []*object, rate float64, t *flipTracker) ([]*flip, float64) {
+	flips := make([]*flip, 0, len(candidates))
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	var wg sync.WaitGroup
+	start := time.Now()
+	for _, o := range candidates {
+		<-tick.C
+		f := &flip{obj: o}
+		f.patch, f.wantListed = fl.apply(o)
+		flips = append(flips, f)
+		t.add(f)
+		var target client.Object = &corev1.ConfigMap{}
+		if k == deployment {
+			target = &appsv1.Deployment{}
+		}
+		target.SetNamespace(nsName(o.ns))
+		target.SetName(o.name())
+		wg.Go(func() {
+			err := c.Patch(ctx, target, client.RawPatch(types.MergePatchType, f.patch))
+			t.mu.Lock()
+			f.resp, f.err = time.Now(), err
+			t.mu.Unlock()
+		})
+	}
+	tick.Stop()
+	wg.Wait()
+	return flips, float64(len(flips)) / time.Since(start).Seconds()
+}
+
+// latencies records in out the failed and unseen flips and the quantiles of the others' latency, from the
+// patch's answer to the report event showing it.
+func (t *flipTracker) latencies(flips []*flip, out *FlipResult) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
 	var lat []float64
 	for _, f := range flips {
 		switch {
@@ -652,10 +744,6 @@ func measureFlips(ctx context.Context, c config, cl *cluster, res *Result, k kin
 		out.Max = lat[len(lat)-1]
 	}
 	out.Measured = len(lat)
-	res.Flips = append(res.Flips, out)
-	logf("change-to-report %s: p50 %.3fs p99 %.3fs max %.3fs, %d unseen, %d failed, summaries match %v (%+v)",
-		k, out.P50, out.P99, out.Max, out.Unseen, out.Failed, matched, got)
-	return nil
 }
 
 // quantile returns the q-quantile of sorted values (nearest rank).

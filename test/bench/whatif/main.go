@@ -173,28 +173,88 @@ func main() {
 
 func run(objectCounts string, rounds int, fix fixture, whatifFlags []string, cpuProfile string) error {
 	ctx := context.Background()
-	work, err := os.MkdirTemp("", "whatif-bench-")
+	b, stop, err := setUp(ctx, fix)
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
-	bin := filepath.Join(work, "kubectl-celaudit")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/kubectl-celaudit")
+	defer stop()
+	args := append([]string{"whatif", "-f", b.proposal, "--kubeconfig", b.kubeconfig, "-o", "json"}, whatifFlags...)
+	fmt.Printf("| objects | CRDs | policies | LIST, dynamic client (s) | LIST, listjson client (s) | whatif (s) | whatif / dynamic LIST | whatif / listjson LIST | whatif CPU (s) | whatif peak RSS (MiB) | failures listed |\n")
+	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
+	policies := 0
+	if fix.policies {
+		policies = len(fix.kinds)
+	}
+	stored := 0
+	for _, f := range strings.Split(objectCounts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return fmt.Errorf("-objects: %w", err)
+		}
+		start := time.Now()
+		if err := create(ctx, b.dyn, fix.kinds, stored, n); err != nil {
+			return err
+		}
+		fmt.Fprintf(os.Stderr, "stored %d objects in %s\n", n-stored, time.Since(start).Round(time.Second))
+		stored = n
+		m, err := b.measure(ctx, fix.kinds, n, rounds, args)
+		if err != nil {
+			return err
+		}
+		d, j, w := median(m.dynamic), median(m.json), median(m.whatif)
+		fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %d |\n", n, len(fix.kinds), policies, d, j, w, w/d, w/j, median(m.cpu), median(m.rss), m.failures)
+	}
+	if cpuProfile != "" {
+		return profileWhatif(cpuProfile, args)
+	}
+	return nil
+}
+
+// bench is the control plane the benchmark runs on, with the CRDs stored, and what it runs.
+type bench struct {
+	// bin is the kubectl-celaudit binary; kubeconfig and proposal the files whatif reads.
+	bin, kubeconfig, proposal string
+	dyn                       dynamic.Interface
+	lister                    scan.Client
+}
+
+// setUp builds kubectl-celaudit, starts a control plane and stores the fixture's CRDs and the namespaces; the
+// function it returns stops the control plane and removes the files.
+func setUp(ctx context.Context, fix fixture) (*bench, func(), error) {
+	work, err := os.MkdirTemp("", "whatif-bench-")
+	if err != nil {
+		return nil, nil, err
+	}
+	b := &bench{bin: filepath.Join(work, "kubectl-celaudit"), kubeconfig: filepath.Join(work, "kubeconfig"), proposal: filepath.Join(work, "tightened.yaml")}
+	build := exec.Command("go", "build", "-o", b.bin, "./cmd/kubectl-celaudit")
 	build.Dir, build.Stdout, build.Stderr = envtestutil.RepoRoot(), os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		return fmt.Errorf("building kubectl-celaudit: %w", err)
+		_ = os.RemoveAll(work)
+		return nil, nil, fmt.Errorf("building kubectl-celaudit: %w", err)
 	}
 	env, err := envtestutil.Start()
 	if err != nil {
+		_ = os.RemoveAll(work)
+		return nil, nil, err
+	}
+	stop := func() {
+		_ = env.Stop()
+		_ = os.RemoveAll(work)
+	}
+	if err := b.store(ctx, env, fix); err != nil {
+		stop()
+		return nil, nil, err
+	}
+	return b, stop, nil
+}
+
+// store writes the kubeconfig and the proposal, stores the fixture's CRDs as they are before the proposal and
+// the namespaces, and makes the clients of the bare LISTs.
+func (b *bench) store(ctx context.Context, env *envtestutil.Env, fix fixture) error {
+	if err := os.WriteFile(b.kubeconfig, env.KubeConfig, 0o600); err != nil {
 		return err
 	}
-	defer func() { _ = env.Stop() }()
-	kubeconfig := filepath.Join(work, "kubeconfig")
-	proposal := filepath.Join(work, "tightened.yaml")
-	if err := os.WriteFile(kubeconfig, env.KubeConfig, 0o600); err != nil {
-		return err
-	}
-	if err := os.WriteFile(proposal, []byte(fix.proposal()), 0o600); err != nil {
+	if err := os.WriteFile(b.proposal, []byte(fix.proposal()), 0o600); err != nil {
 		return err
 	}
 	if err := apply(ctx, env.Client, fix.live()); err != nil {
@@ -210,58 +270,42 @@ func run(objectCounts string, rounds int, fix fixture, whatifFlags []string, cpu
 			return err
 		}
 	}
-	dyn, err := dynamic.NewForConfig(env.Config)
-	if err != nil {
+	var err error
+	if b.dyn, err = dynamic.NewForConfig(env.Config); err != nil {
 		return err
 	}
-	lister, err := scan.NewClient(env.Config, nil)
-	if err != nil {
-		return err
-	}
+	b.lister, err = scan.NewClient(env.Config, nil)
+	return err
+}
 
-	fmt.Printf("| objects | CRDs | policies | LIST, dynamic client (s) | LIST, listjson client (s) | whatif (s) | whatif / dynamic LIST | whatif / listjson LIST | whatif CPU (s) | whatif peak RSS (MiB) | failures listed |\n")
-	fmt.Printf("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	policies := 0
-	if fix.policies {
-		policies = len(fix.kinds)
-	}
-	stored := 0
-	for _, f := range strings.Split(objectCounts, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+// measurements are one count's rounds: the seconds of each bare LIST and whatif run, whatif's CPU seconds and
+// peak RSS, and the failures the last whatif run listed.
+type measurements struct {
+	dynamic, json, whatif, cpu, rss []float64
+	failures                        int
+}
+
+// measure times, rounds times, a bare LIST of the n objects of kinds with each client and a whatif run with
+// args.
+func (b *bench) measure(ctx context.Context, kinds []string, n, rounds int, args []string) (measurements, error) {
+	var m measurements
+	for range rounds {
+		t, err := timeIt(func() error { return listDynamic(ctx, b.dyn, kinds, n) })
 		if err != nil {
-			return fmt.Errorf("-objects: %w", err)
+			return m, err
 		}
-		start := time.Now()
-		if err := create(ctx, dyn, fix.kinds, stored, n); err != nil {
-			return err
+		m.dynamic = append(m.dynamic, t)
+		if t, err = timeIt(func() error { return listJSON(ctx, b.lister, kinds, n) }); err != nil {
+			return m, err
 		}
-		fmt.Fprintf(os.Stderr, "stored %d objects in %s\n", n-stored, time.Since(start).Round(time.Second))
-		stored = n
-		var dynTimes, jsonTimes, whatifTimes, cpu, rss []float64
-		failures := 0
-		for range rounds {
-			t, err := timeIt(func() error { return listDynamic(ctx, dyn, fix.kinds, n) })
-			if err != nil {
-				return err
-			}
-			dynTimes = append(dynTimes, t)
-			if t, err = timeIt(func() error { return listJSON(ctx, lister, fix.kinds, n) }); err != nil {
-				return err
-			}
-			jsonTimes = append(jsonTimes, t)
-			r, err := whatif(bin, append([]string{"whatif", "-f", proposal, "--kubeconfig", kubeconfig, "-o", "json"}, whatifFlags...))
-			if err != nil {
-				return err
-			}
-			whatifTimes, cpu, rss, failures = append(whatifTimes, r.seconds), append(cpu, r.cpuSeconds), append(rss, r.rssMiB), r.failures
+		m.json = append(m.json, t)
+		r, err := whatif(b.bin, args)
+		if err != nil {
+			return m, err
 		}
-		d, j, w := median(dynTimes), median(jsonTimes), median(whatifTimes)
-		fmt.Printf("| %d | %d | %d | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %d |\n", n, len(fix.kinds), policies, d, j, w, w/d, w/j, median(cpu), median(rss), failures)
+		m.whatif, m.cpu, m.rss, m.failures = append(m.whatif, r.seconds), append(m.cpu, r.cpuSeconds), append(m.rss, r.rssMiB), r.failures
 	}
-	if cpuProfile != "" {
-		return profileWhatif(cpuProfile, append([]string{"whatif", "-f", proposal, "--kubeconfig", kubeconfig, "-o", "json"}, whatifFlags...))
-	}
-	return nil
+	return m, nil
 }
 
 // profileWhatif writes a CPU profile of a whatif run in this process (the same code as the binary's).
