@@ -22,7 +22,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -59,10 +58,12 @@ func main() {
 	ctrl.SetLogger(logger)
 	klog.SetLogger(logger.WithName("upstream"))
 
+	restore := takeTerminal()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, *exitAfter)
 	interrupted := ctx.Err() != nil
 	stop()
+	restore()
 	if err != nil && !interrupted {
 		fmt.Fprintln(os.Stderr, "demo failed:", err)
 		os.Exit(1)
@@ -91,7 +92,14 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 	if err := d.storeAndTighten(ctx); err != nil {
 		return err
 	}
-	stopOperator, err := d.audit(ctx, env.Config)
+	// celaudit runs as the ServiceAccount config/default installs, with exactly the access an install grants:
+	// the demo's kubectl, the control plane's admin, is then a user like any other, whose writes the pair
+	// celaudit registers judges.
+	id, err := env.Install(ctx)
+	if err != nil {
+		return err
+	}
+	stopOperator, err := d.audit(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -141,13 +149,13 @@ func (d demo) storeAndTighten(ctx context.Context) error {
 
 // audit starts celaudit against cfg, waits for its first audit's reports and shows them; the function it
 // returns stops celaudit.
-func (d demo) audit(ctx context.Context, cfg *rest.Config) (stop func(), err error) {
-	step("Starting celaudit")
+func (d demo) audit(ctx context.Context, id envtestutil.Identity) (stop func(), err error) {
+	step(fmt.Sprintf("Starting celaudit as %s", id))
 	opts := controllers.DefaultOptions()
 	opts.MetricsAddr, opts.ProbeAddr = "0", "0"
 	opts.ManageAdmissionPolicies = true
 	opts.ReadinessInterval = time.Second
-	op, err := controllers.NewOperator(cfg, opts)
+	op, err := controllers.NewOperator(id.Config, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -198,11 +206,26 @@ func (d demo) dryRun(ctx context.Context) error {
 	return nil
 }
 
-// enforce switches the AuditPolicy to Deny, shows the API server enforcing the pair celaudit registers, and
-// exports that pair.
+// enforce switches the AuditPolicy to Deny, shows the gate refusing it while stored objects violate it, registers
+// it with an explicit override, shows the API server enforcing the pair celaudit registers, and exports that pair.
 func (d demo) enforce(ctx context.Context) error {
-	step("Switching it to Deny: celaudit registers the ValidatingAdmissionPolicy, and the API server enforces it")
+	step("Switching it to Deny while stored Deployments violate it: celaudit refuses to register it")
 	d.show(ctx, "patch", "auditpolicy", "pod-memory-limits", "--type=merge", "-p", `{"spec":{"enforcement":"Deny"}}`)
+	if err := waitForAuditPolicy(ctx, d.c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
+		// Refused once its audit of the new generation found the violations, not only while it is pending.
+		enforced := meta.FindStatusCondition(ap.Status.Conditions, auditv1alpha1.ConditionEnforced)
+		safe := meta.FindStatusCondition(ap.Status.Conditions, auditv1alpha1.ConditionSafeToEnforce)
+		return enforced != nil && enforced.Reason == controllers.ReasonNotSafeToEnforce && enforced.ObservedGeneration == ap.Generation &&
+			safe != nil && safe.Status == metav1.ConditionFalse && safe.ObservedGeneration == ap.Generation
+	}); err != nil {
+		return err
+	}
+	d.show(ctx, "get", "auditpolicy", "pod-memory-limits", "-o",
+		`jsonpath={range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}`)
+
+	step("Enforcing it anyway, as an explicit and recorded decision: spec.enforcementOverride")
+	d.show(ctx, "patch", "auditpolicy", "pod-memory-limits", "--type=merge", "-p",
+		`{"spec":{"enforcementOverride":{"reason":"the two teams were told; new Pods must set limits"}}}`)
 	if err := waitForAuditPolicy(ctx, d.c, "pod-memory-limits", func(ap *auditv1alpha1.AuditPolicy) bool {
 		return meta.IsStatusConditionTrue(ap.Status.Conditions, auditv1alpha1.ConditionEnforced)
 	}); err != nil {

@@ -39,16 +39,24 @@ var shippedKinds = map[string]bool{
 // ServiceAccount (TokenRequest API). An operator started with it has exactly the access an install grants.
 func (e *Env) ShippedIdentity(t testing.TB) Identity {
 	t.Helper()
-	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
-	out, err := exec.Command(kubectl, "kustomize", filepath.Join(RepoRoot(), "config", "default")).Output()
+	id, err := e.Install(context.Background())
 	if err != nil {
-		t.Fatalf("kubectl kustomize config/default: %v", err)
+		t.Fatal(err)
+	}
+	return id
+}
+
+// Install is ShippedIdentity for callers that are not tests, such as the demo.
+func (e *Env) Install(ctx context.Context) (Identity, error) {
+	kubectl := filepath.Join(os.Getenv("KUBEBUILDER_ASSETS"), "kubectl")
+	out, err := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(RepoRoot(), "config", "default")).Output()
+	if err != nil {
+		return Identity{}, fmt.Errorf("kubectl kustomize config/default: %w", err)
 	}
 	objs, err := DecodeYAML(out)
 	if err != nil {
-		t.Fatalf("decoding config/default: %v", err)
+		return Identity{}, fmt.Errorf("decoding config/default: %w", err)
 	}
-	ctx := context.Background()
 	var id Identity
 	for _, o := range objs {
 		if !shippedKinds[o.GetKind()] {
@@ -58,30 +66,27 @@ func (e *Env) ShippedIdentity(t testing.TB) Identity {
 			id.Namespace, id.Name = o.GetNamespace(), o.GetName()
 		}
 		if err := Apply(ctx, e.Client, o); err != nil {
-			t.Fatalf("applying the shipped RBAC: %v", err)
+			return Identity{}, fmt.Errorf("applying the shipped RBAC: %w", err)
 		}
 	}
 	if id.Name == "" {
-		t.Fatalf("config/default has no ServiceAccount")
+		return Identity{}, fmt.Errorf("config/default has no ServiceAccount")
 	}
 	sa := &corev1.ServiceAccount{}
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, sa); err != nil {
-		t.Fatalf("getting ServiceAccount: %v", err)
+		return Identity{}, fmt.Errorf("getting ServiceAccount: %w", err)
 	}
-	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+	tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](24 * 3600)}}
 	if err := e.Client.SubResource("token").Create(ctx, sa, tr); err != nil {
-		t.Fatalf("requesting a token for %s/%s: %v", id.Namespace, id.Name, err)
+		return Identity{}, fmt.Errorf("requesting a token for %s: %w", id, err)
 	}
 	if tr.Status.Token == "" {
-		t.Fatalf("the TokenRequest for %s/%s returned no token", id.Namespace, id.Name)
+		return Identity{}, fmt.Errorf("the TokenRequest for %s returned no token", id)
 	}
 	id.Config = rest.AnonymousClientConfig(e.Config)
 	id.Config.BearerToken = tr.Status.Token
 	id.Config.QPS, id.Config.Burst = e.Config.QPS, e.Config.Burst
-	if _, err := client.New(id.Config, client.Options{}); err != nil {
-		t.Fatalf("client for %s: %v", id.Username(), err)
-	}
-	return id
+	return id, nil
 }
 
 // String names the identity in test messages.
