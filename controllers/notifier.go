@@ -23,7 +23,16 @@ type Notifier struct {
 	// that falls behind does not hold another back.
 	subscribers []*subscriber
 	// onNotify are called on each Notify, onRecheck on each Recheck.
-	onNotify, onRecheck []func()
+	onNotify, onRecheck hooks
+}
+
+// hooks are functions called after an event, outside the notifier's lock; they must not block.
+type hooks []func()
+
+func (h hooks) run() {
+	for _, f := range h {
+		f()
+	}
 }
 
 // subscriber is what one Source has yet to take.
@@ -47,9 +56,7 @@ func (n *Notifier) Notify(namespace string) {
 	}
 	calls := n.onNotify
 	n.mu.Unlock()
-	for _, f := range calls {
-		f()
-	}
+	calls.run()
 }
 
 // OnNotify registers f to be called on each Notify: what follows every change of the results learns it then.
@@ -70,9 +77,7 @@ func (n *Notifier) Recheck() {
 	}
 	calls := n.onRecheck
 	n.mu.Unlock()
-	for _, f := range calls {
-		f()
-	}
+	calls.run()
 }
 
 // OnRecheck registers f to be called on each Recheck: what waits for the first audit to complete, besides
