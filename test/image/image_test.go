@@ -137,8 +137,12 @@ func replayBuild(t *testing.T, d dockerfile, root string) (string, error) {
 		return "", fmt.Errorf("line %d: COPY %s: want one source and one destination", cp.line, cp.args)
 	}
 	bin := r.host(w[0])
-	if fi, err := os.Stat(bin); err != nil || !fi.Mode().IsRegular() {
-		return "", fmt.Errorf("the runtime stage copies %s from stage %s, which the build did not produce: %v", w[0], builder.name, err)
+	fi, err := os.Stat(bin)
+	if err != nil {
+		return "", fmt.Errorf("the runtime stage copies %s from stage %s, which the build did not produce: %w", w[0], builder.name, err)
+	}
+	if !fi.Mode().IsRegular() {
+		return "", fmt.Errorf("the runtime stage copies %s from stage %s, where the build made no regular file", w[0], builder.name)
 	}
 	return bin, nil
 }
