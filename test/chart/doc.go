@@ -7,6 +7,11 @@
 // install must match `kubectl kustomize config/default` object for object; and each value must change the
 // operator's flags and RBAC as documented in values.yaml.
 //
+// schema_test.go holds values.schema.json to values.yaml (every value typed and described, every object of
+// ours closed to unknown keys) and checks that each bad values file in testdata/values (a misspelt key, a
+// wrong type, a value outside its enum or bounds, a malformed duration) fails `helm lint --strict` and `helm
+// template` with a message naming the key, while the good ones pass.
+//
 // apiserver_test.go installs, upgrades and uninstalls the chart with `helm` against a real kube-apiserver
 // (envtest), checks that the shared PolicyReport CRDs are installed only when absent or owned by the release,
 // and sends every object the chart renders, under several value combinations, to the API server as a

@@ -305,7 +305,8 @@ func TestReportAPI(t *testing.T) {
 			}
 		})
 	}
-	if _, err := helm(t, "template", release, chartDir, "--set", "reports.api=policyreports"); err == nil || !strings.Contains(err.Error(), "reports.api must be") {
+	if _, err := helm(t, "template", release, chartDir, "--set", "reports.api=policyreports"); err == nil ||
+		!strings.Contains(err.Error(), "at '/reports/api': value must be one of 'wgpolicy', 'openreports', 'both'") {
 		t.Errorf("reports.api=policyreports: %v; want a failure naming the allowed values", err)
 	}
 }
@@ -406,14 +407,14 @@ kubeAPI:
   burst: 800
 reports:
   maxResultsPerReport: 0
-  maxReportBytes: 2000000
+  maxReportBytes: 1500000
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	objs := render(t, "-f", values, "--set", "logLevel=debug,extraArgs={--report-coalesce=2s,--report-workers=4}")
 	want := []string{
 		"--workers=4", "--page-size=1000", "--resync-period=30m", "--exclude-crd-groups=wgpolicyk8s.io,example.com",
-		"--kube-api-qps=100.5", "--kube-api-burst=800", "--max-results-per-report=0", "--max-report-bytes=2000000",
+		"--kube-api-qps=100.5", "--kube-api-burst=800", "--max-results-per-report=0", "--max-report-bytes=1500000",
 		"--zap-log-level=debug", "--report-coalesce=2s", "--report-workers=4",
 	}
 	args := objs.args(t)

@@ -59,13 +59,10 @@ control-plane: controller-manager
 {{- if or .Values.leaderElection.enabled (gt (int .Values.replicaCount) 1) }}true{{- end }}
 {{- end }}
 
-{{/* "true" when the operator writes openreports.io reports. */}}
+{{/* "true" when the operator writes openreports.io reports (values.schema.json allows only wgpolicy,
+openreports and both). */}}
 {{- define "celaudit.openReports" -}}
-{{- $api := .Values.reports.api | default "wgpolicy" }}
-{{- if not (has $api (list "wgpolicy" "openreports" "both")) }}
-{{- fail (printf "reports.api must be wgpolicy, openreports or both, not %q" $api) }}
-{{- end }}
-{{- if ne $api "wgpolicy" }}true{{- end }}
+{{- if ne .Values.reports.api "wgpolicy" }}true{{- end }}
 {{- end }}
 
 {{/* The value of --report-results, or empty when the operator's default stands. */}}
