@@ -53,10 +53,14 @@ func TestChartIdentityWildcard(t *testing.T) {
 		t.Fatalf("the default chart runs without leader election (args %v): this test would not prove its Role", inst.Args)
 	}
 	seedAudited(t, env)
-	op, _ := envtestutil.StartOperator(t, inst.Config, inst.Options(t))
+	counter := &envtestutil.RequestCounter{}
+	op, _ := envtestutil.StartOperator(t, counter.Wrap(inst.Config), inst.Options(t))
 	envtestutil.WaitSettled(t, op)
 	expectResults(t, env, auditNS, widgetFails, cmWarns)
 	expectClusterErrors(t, env, nil)
+	if refused := counter.WithStatus(http.StatusForbidden); len(refused) > 0 {
+		t.Errorf("requests refused to %s: %v", inst.Identity, refused)
+	}
 	// The wildcard grants Secrets too: whether they are audited is --audit-secrets.
 	if !mayListSecrets(t, env, inst.Identity) {
 		t.Errorf("the wildcard form does not let %s list Secrets", inst.Identity)
@@ -137,6 +141,11 @@ func TestChartIdentityRestricted(t *testing.T) {
 	expectEvents(t, env, corev1.EventTypeNormal, controllers.ReasonResourceReadable, 1)
 	// One Warning Event for the whole time the group was unreadable, however many retries.
 	expectEvents(t, env, corev1.EventTypeWarning, controllers.ReasonResourceUnreadable, 1)
+	// Nothing else was refused: the rendered RBAC covers everything else celaudit does.
+	refused := counter.WithStatus(http.StatusForbidden)
+	if n := refused["list widgets "]; n == 0 || len(refused) != 1 {
+		t.Errorf("requests refused to %s: %v, want LISTs of widgets only", inst.Identity, refused)
+	}
 }
 
 // seedAudited stores the audited objects and the policies that judge them (see auditNS).
