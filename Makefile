@@ -31,14 +31,15 @@ manifests: controller-gen ## Generate CRDs and RBAC from the markers in api/ and
 	$(CONTROLLER_GEN) rbac:roleName=manager-role crd paths="./api/..." paths="./controllers/..." output:crd:artifacts:config=config/crd/bases
 	@$(MAKE) --no-print-directory chart-sync
 
-# The chart cannot read files outside charts/celaudit: it holds copies of the generated CRDs and ClusterRole
-# and of the dashboard, which test/chart checks against config/.
+# The chart cannot read files outside charts/celaudit: it holds copies of the generated CRDs and ClusterRole,
+# of the restricted read rules and of the dashboard, which test/chart checks against config/.
 CHART_DIR = charts/celaudit
 .PHONY: chart-sync
 chart-sync: ## Copy the generated CRDs and RBAC and the Grafana dashboard from config/ into the Helm chart.
 	cp config/crd/bases/audit.celaudit.io_auditpolicies.yaml $(CHART_DIR)/crds/
 	cp config/crd/bases/wgpolicyk8s.io_policyreports.yaml config/crd/bases/wgpolicyk8s.io_clusterpolicyreports.yaml $(CHART_DIR)/files/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/rbac/role.yaml
+	cp config/components/restricted-read/resource_reader_restricted.yaml $(CHART_DIR)/files/rbac/resource_reader_restricted.yaml
 	cp config/grafana/celaudit-dashboard.json $(CHART_DIR)/files/celaudit-dashboard.json
 
 .PHONY: generate

@@ -56,7 +56,9 @@ func (c compiledCRD) sameSource(o compiledCRD) bool {
 }
 
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
-// +kubebuilder:rbac:groups=*,resources=*,verbs=get;list;watch
+// The objects celaudit audits are read under the resource-reader ClusterRole (config/rbac/resource_reader_role.yaml),
+// not under a marker here: its rules are the install's choice, all of them or the built-in kinds only (see
+// config/components/restricted-read), and the generated manager-role holds what celaudit needs in both.
 
 // Reconcile compiles a CRD's validation into a policy, or removes the policy of a CRD that is gone.
 func (r *crdReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {

@@ -288,14 +288,17 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 		return nil, fmt.Errorf("creating the audit client: %w", err)
 	}
 	sc := scan.NewScanner(timedClient{Client: reader, metrics: m, now: time.Now}, sink, log.WithName("scan"), scan.Options{
-		PageSize:    o.PageSize,
-		Workers:     o.Workers,
-		Backoff:     o.ReadBackoff,
-		Namespaced:  disc.Namespaced,
-		KindFor:     disc.KindFor,
-		Withheld:    o.withheldResources(),
-		OnReadError: readErrors.ReadError,
-		OnSettled:   notifier.Recheck,
+		PageSize:   o.PageSize,
+		Workers:    o.Workers,
+		Backoff:    o.ReadBackoff,
+		MaxBackoff: o.MaxReadBackoff,
+		// How to grant what is missing, with the wait after which the grant takes effect.
+		ForbiddenHint: forbiddenHint(max(o.MaxReadBackoff, o.ReadBackoff)),
+		Namespaced:    disc.Namespaced,
+		KindFor:       disc.KindFor,
+		Withheld:      o.withheldResources(),
+		OnReadError:   readErrors.ReadError,
+		OnSettled:     notifier.Recheck,
 	})
 	if err := mgr.Add(sc); err != nil {
 		return nil, fmt.Errorf("adding the scanner: %w", err)

@@ -63,8 +63,13 @@ type Options struct {
 	ExemptNamespaces, ExemptResources, ExemptUsers, ExemptGroups string
 	SkipControllerChecks                                         bool // tests start several managers in one process
 	// ReadBackoff is the first wait after a failed read of an audited resource; it doubles with each
-	// further failure, up to 5 minutes. Not a flag: tests shorten it.
+	// further failure, up to MaxReadBackoff. Not a flag: tests shorten it.
 	ReadBackoff time.Duration
+	// MaxReadBackoff bounds the wait between reads of a resource that cannot be read, such as one celaudit
+	// may not list: once read access is granted, its audit starts within this time. A forbidden LIST costs
+	// the API server little, so a minute, not the 5 minutes of the scanner's default. Not a flag: tests
+	// shorten it.
+	MaxReadBackoff time.Duration
 	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
 	Logger logr.Logger
 
@@ -113,6 +118,7 @@ func DefaultOptions() Options {
 		// Summing every result takes milliseconds per 100,000 objects; a few seconds bound it to a negligible
 		// share of a CPU while changes stream in.
 		ReadinessInterval: 5 * time.Second,
+		MaxReadBackoff:    time.Minute,
 	}
 }
 

@@ -3,6 +3,7 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/go-logr/logr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -13,8 +14,25 @@ import (
 
 	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/scan"
 )
+
+// ReaderAggregationLabel is the label of the ClusterRoles whose rules the cluster aggregates into celaudit's
+// reader ClusterRole (config/rbac/aggregated_reader_role.yaml, the chart's "<fullname>-reader"): a team
+// grants celaudit read access to its CRD group with one ClusterRole so labelled.
+const ReaderAggregationLabel = "celaudit.io/aggregate-to-reader"
+
+// forbiddenHint says, in the error result and Event of a resource celaudit may not read, how to grant it:
+// the way that works with every install, the restricted one included, and needs no restart.
+func forbiddenHint(maxBackoff time.Duration) string {
+	if maxBackoff <= 0 {
+		return fmt.Sprintf("to grant it, create a ClusterRole labelled %s: \"true\" with a rule allowing get, list and watch on it; "+
+			"celaudit retries with backoff and reads it without a restart", ReaderAggregationLabel)
+	}
+	return fmt.Sprintf("to grant it, create a ClusterRole labelled %s: \"true\" with a rule allowing get, list and watch on it; "+
+		"celaudit reads it within %s, without a restart", ReaderAggregationLabel, maxBackoff)
+}
 
 // readErrorEvents tells users, on each policy that covers it, that an audited resource cannot be read (a
 // forbidden LIST, an aggregated API that is down), and again when it can: an error result in a report is
@@ -36,8 +54,8 @@ func (r *readErrorEvents) ReadError(gvr schema.GroupVersionResource, policies []
 			continue
 		}
 		if err != nil {
-			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonResourceUnreadable, "Audit",
-				"Cannot read %s, so its objects are not audited: %v", scan.ResourceString(gvr), err)
+			note := fmt.Sprintf("Cannot read %s, so its objects are not audited: %v", scan.ResourceString(gvr), err)
+			r.Recorder.Eventf(obj, nil, corev1.EventTypeWarning, ReasonResourceUnreadable, "Audit", "%s", report.TruncateMessage(note, maxNoteBytes))
 			continue
 		}
 		r.Recorder.Eventf(obj, nil, corev1.EventTypeNormal, ReasonResourceReadable, "Audit",

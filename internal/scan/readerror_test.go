@@ -96,6 +96,46 @@ func TestScannerBacksOffUnreadableResource(t *testing.T) {
 	}
 }
 
+// TestForbiddenReadNamesTheGrant reads a resource the scanner's user may not list: the error result and the
+// OnReadError error say which verbs on which resource of which API group are missing and how to grant them,
+// then the API server's own message.
+func TestForbiddenReadNamesTheGrant(t *testing.T) {
+	user, err := env.AddUser(envtest.User{Name: "forbidden-grant"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const cause = `forbidden: missing permission to list and watch "configmaps" in the core API group (""); ` +
+		`grant it this way (configmaps is forbidden: User "forbidden-grant" cannot list resource "configmaps" ` +
+		`in API group "" at the cluster scope)`
+	var (
+		mu        sync.Mutex
+		callbacks []string
+	)
+	opts := scan.Options{Backoff: 50 * time.Millisecond, MaxBackoff: 50 * time.Millisecond, ForbiddenHint: "grant it this way"}
+	opts.OnReadError = func(_ schema.GroupVersionResource, _ []audit.PolicyKey, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		callbacks = append(callbacks, err.Error())
+	}
+	scanner, store := startScannerWith(t, user.Config(), opts, logr.Discard(), nil)
+	scanner.SetPolicy(&keyPolicy{name: "bad", key: "bad"})
+	envtestutil.Eventually(t, 20*time.Second, func() error {
+		got, err := current(store, "")
+		if err != nil {
+			return err
+		}
+		if want := "cannot read v1/configmaps: " + cause; len(got) != 1 || got[0].Verdict != audit.Error || got[0].Message != want {
+			return fmt.Errorf("cluster-level results %+v, want one error %q", got, want)
+		}
+		return nil
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(callbacks, []string{cause}) {
+		t.Errorf("OnReadError errors %q, want once %q", callbacks, cause)
+	}
+}
+
 // TestScannerKeepsReadErrorCurrent changes the cause of a failing LIST: the error result, the log and the
 // callback follow each change once, not each retry, and everything clears when the resource can be read.
 func TestScannerKeepsReadErrorCurrent(t *testing.T) {

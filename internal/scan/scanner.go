@@ -58,6 +58,9 @@ type Options struct {
 	// when the error first occurs and again each time its text changes, not on every retry, and with a nil
 	// error once the resource is readable again.
 	OnReadError func(gvr schema.GroupVersionResource, policies []audit.PolicyKey, err error)
+	// ForbiddenHint, when set, says how to grant read access to a resource whose LIST is forbidden: the
+	// error result and OnReadError's error name the missing verbs, API group and resource, then this hint.
+	ForbiddenHint string
 	// Withheld maps resources that are never read to why, a sentence that also says how to have them read. A
 	// policy covering one gets, instead of results about its objects, one skip result about the resource
 	// saying so; no LIST or WATCH of it is ever made. celaudit withholds Secrets unless asked to audit them: a

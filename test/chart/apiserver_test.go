@@ -147,6 +147,7 @@ func TestChartOnAPIServer(t *testing.T) {
 	}{
 		{"defaults", nil},
 		{"everything on", []string{"--set", "replicaCount=2,reports.api=both,reports.results={fail,error},metrics.serviceMonitor.enabled=true",
+			"--set", "rbac.readAccess=restricted,rbac.restricted.extraRules[0].apiGroups[0]=example.com,rbac.restricted.extraRules[0].resources[0]=*,rbac.restricted.extraRules[0].verbs={get,list,watch}",
 			"--set", "metrics.serviceMonitor.interval=30s,metrics.serviceMonitor.scrapeTimeout=10s,metrics.serviceMonitor.labels.release=kps",
 			"--set", "grafana.dashboard.namespace=monitoring,grafana.dashboard.annotations.grafana_folder=Policies",
 			"--set", "audit.workers=4,audit.pageSize=1000,audit.resyncPeriod=30m,kubeAPI.qps=100,kubeAPI.burst=800,logLevel=debug",

@@ -4,8 +4,14 @@
 // render_test.go lints the chart, renders it with `helm template` and checks the rendered objects: the chart
 // holds copies of files generated into config/ (the CRDs, the manager ClusterRole) and of the Grafana dashboard,
 // which must equal their originals (`make chart-sync` copies them, `make manifests` runs it); the default
-// install must match `kubectl kustomize config/default` object for object; and each value must change the
-// operator's flags and RBAC as documented in values.yaml.
+// install must match `kubectl kustomize config/default` object for object, and rbac.readAccess=restricted
+// `kubectl kustomize config/restricted`; and each value must change the operator's flags and RBAC as
+// documented in values.yaml. rbac_test.go checks what each read access grants.
+//
+// identity_test.go runs the operator in-process against envtest as the chart installs it: the chart's
+// ServiceAccount (a TokenRequest token), the RBAC it renders and the Deployment's arguments parsed with the
+// operator's own flags, in the wildcard and the restricted read access, the latter with a CRD group granted
+// later through the aggregated reader ClusterRole.
 //
 // schema_test.go holds values.schema.json to values.yaml (every value typed and described, every object of
 // ours closed to unknown keys) and checks that each bad values file in testdata/values (a misspelt key, a

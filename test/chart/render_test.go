@@ -22,6 +22,7 @@ var chartCopies = map[string]string{
 	"charts/celaudit/files/crds/wgpolicyk8s.io_policyreports.yaml":        "config/crd/bases/wgpolicyk8s.io_policyreports.yaml",
 	"charts/celaudit/files/crds/wgpolicyk8s.io_clusterpolicyreports.yaml": "config/crd/bases/wgpolicyk8s.io_clusterpolicyreports.yaml",
 	"charts/celaudit/files/rbac/role.yaml":                                "config/rbac/role.yaml",
+	"charts/celaudit/files/rbac/resource_reader_restricted.yaml":          "config/components/restricted-read/resource_reader_restricted.yaml",
 	"charts/celaudit/files/celaudit-dashboard.json":                       "config/grafana/celaudit-dashboard.json",
 }
 
@@ -67,10 +68,12 @@ func TestChartLint(t *testing.T) {
 	mustHelm(t, "lint", "--strict", chartDir,
 		"--set", "replicaCount=2,leaderElection.enabled=false,admissionPolicies.manage=false",
 		"--set", "reports.api=both,reports.results={fail,error},metrics.serviceMonitor.enabled=true",
+		"--set", "rbac.readAccess=restricted,audit.secrets=true",
 		"--set", "grafana.dashboard.namespace=monitoring,grafana.dashboard.annotations.grafana_folder=Policies")
 }
 
-// TestDefaultInstallMatchesKustomize compares the default install with `kubectl kustomize config/default`: the
+// TestDefaultInstallMatchesKustomize compares the default install with `kubectl kustomize config/default`,
+// and the restricted read access (rbac.readAccess=restricted) with `kubectl kustomize config/restricted`: the
 // same objects under the same names, the same RBAC, and the same manager container apart from the listed
 // passes (policyReporter.listPasses).
 func TestDefaultInstallMatchesKustomize(t *testing.T) {
@@ -79,30 +82,43 @@ func TestDefaultInstallMatchesKustomize(t *testing.T) {
 	if assets == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with 'make test' (hack/setup-envtest.sh builds kubectl)")
 	}
-	out, err := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", filepath.Join(repoRoot, "config", "default")).Output()
-	if err != nil {
-		t.Fatalf("kubectl kustomize config/default: %v", err)
+	for _, tc := range []struct {
+		dir  string
+		args []string
+	}{
+		{"default", nil},
+		{"restricted", []string{"--set", "rbac.readAccess=restricted"}},
+	} {
+		t.Run(tc.dir, func(t *testing.T) {
+			out, err := exec.Command(filepath.Join(assets, "kubectl"), "kustomize", filepath.Join(repoRoot, "config", tc.dir)).Output()
+			if err != nil {
+				t.Fatalf("kubectl kustomize config/%s: %v", tc.dir, err)
+			}
+			compareInstalls(t, decode(t, string(out)), render(t, tc.args...))
+		})
 	}
-	kust := decode(t, string(out))
-	chart := render(t)
+}
 
+// compareInstalls compares the objects kustomize renders with those the chart renders.
+func compareInstalls(t *testing.T, kust, chart objects) {
+	t.Helper()
 	for _, k := range kust {
 		if k.GetKind() == "Namespace" {
 			continue // Helm's --namespace (--create-namespace)
 		}
 		c := chart.find(k.GetKind(), k.GetName())
 		if c == nil {
-			t.Errorf("config/default has %s %s; the chart does not render it", k.GetKind(), k.GetName())
+			t.Errorf("kustomize renders %s %s; the chart does not", k.GetKind(), k.GetName())
 			continue
 		}
 		if k.GetNamespace() != c.GetNamespace() {
-			t.Errorf("%s %s: namespace %q, config/default %q", k.GetKind(), k.GetName(), c.GetNamespace(), k.GetNamespace())
+			t.Errorf("%s %s: namespace %q, kustomize %q", k.GetKind(), k.GetName(), c.GetNamespace(), k.GetNamespace())
 		}
 		compareObject(t, k, c)
 	}
 	for _, c := range chart {
 		if kust.find(c.GetKind(), c.GetName()) == nil && c.GetName() != "celaudit-dashboard" {
-			t.Errorf("the chart renders %s %s, which config/default lacks", c.GetKind(), c.GetName())
+			t.Errorf("the chart renders %s %s, which kustomize does not", c.GetKind(), c.GetName())
 		}
 	}
 }
@@ -112,8 +128,12 @@ func compareObject(t *testing.T, k, c *unstructured.Unstructured) {
 	what := k.GetKind() + " " + k.GetName()
 	switch k.GetKind() {
 	case "ClusterRole", "Role":
-		if want, got := convert[rbacv1.ClusterRole](t, k).Rules, convert[rbacv1.ClusterRole](t, c).Rules; !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: rules\n%v\nconfig/default:\n%v", what, got, want)
+		want, got := convert[rbacv1.ClusterRole](t, k), convert[rbacv1.ClusterRole](t, c)
+		if !reflect.DeepEqual(got.Rules, want.Rules) {
+			t.Errorf("%s: rules\n%v\nkustomize:\n%v", what, got.Rules, want.Rules)
+		}
+		if !reflect.DeepEqual(got.AggregationRule, want.AggregationRule) {
+			t.Errorf("%s: aggregationRule %v; kustomize: %v", what, got.AggregationRule, want.AggregationRule)
 		}
 	case "ClusterRoleBinding", "RoleBinding":
 		want, got := convert[rbacv1.ClusterRoleBinding](t, k), convert[rbacv1.ClusterRoleBinding](t, c)

@@ -63,6 +63,22 @@ func (c *RequestCounter) StatusIn(verb, resource, namespace string, code int) in
 	return c.byStatus[fmt.Sprintf("%s %s %s %d", verb, resource, namespace, code)]
 }
 
+// WithStatus returns the counts of the requests answered with the HTTP status code, keyed "verb resource
+// namespace" (namespace "" for cluster-scoped requests): a test of an identity's access lists what it was
+// refused with 403.
+func (c *RequestCounter) WithStatus(code int) map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := map[string]int{}
+	suffix := fmt.Sprintf(" %d", code)
+	for k, v := range c.byStatus {
+		if key, ok := strings.CutSuffix(k, suffix); ok {
+			out[key] = v
+		}
+	}
+	return out
+}
+
 // Snapshot returns all counts, keyed "verb resource".
 func (c *RequestCounter) Snapshot() map[string]int {
 	c.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,8 +29,8 @@ func (i Identity) Username() string {
 	return "system:serviceaccount:" + i.Namespace + ":" + i.Name
 }
 
-// shippedKinds are the kinds of config/default an identity is made of; the Deployment, Service and CRDs are
-// left out (the tests run the operator in-process and install the CRDs themselves).
+// shippedKinds are the kinds of config/default (or of the rendered chart) an identity is made of; the
+// Deployment, Service and CRDs are left out (the tests run the operator in-process and install the CRDs themselves).
 var shippedKinds = map[string]bool{
 	"Namespace": true, "ServiceAccount": true, "ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
 }
@@ -57,6 +58,12 @@ func (e *Env) Install(ctx context.Context) (Identity, error) {
 	if err != nil {
 		return Identity{}, fmt.Errorf("decoding config/default: %w", err)
 	}
+	return e.applyIdentity(ctx, objs, "config/default")
+}
+
+// applyIdentity applies the objects of the identity kinds among objs, taken from source, and returns a
+// token-authenticated config for the one ServiceAccount among them.
+func (e *Env) applyIdentity(ctx context.Context, objs []*unstructured.Unstructured, source string) (Identity, error) {
 	var id Identity
 	for _, o := range objs {
 		if !shippedKinds[o.GetKind()] {
@@ -66,11 +73,11 @@ func (e *Env) Install(ctx context.Context) (Identity, error) {
 			id.Namespace, id.Name = o.GetNamespace(), o.GetName()
 		}
 		if err := Apply(ctx, e.Client, o); err != nil {
-			return Identity{}, fmt.Errorf("applying the shipped RBAC: %w", err)
+			return Identity{}, fmt.Errorf("applying the RBAC of %s: %w", source, err)
 		}
 	}
 	if id.Name == "" {
-		return Identity{}, fmt.Errorf("config/default has no ServiceAccount")
+		return Identity{}, fmt.Errorf("%s has no ServiceAccount", source)
 	}
 	sa := &corev1.ServiceAccount{}
 	if err := e.Client.Get(ctx, client.ObjectKey{Namespace: id.Namespace, Name: id.Name}, sa); err != nil {
