@@ -24,6 +24,8 @@ var badValues = []struct {
 	{"bad-type-replicas-string.yaml", []string{"at '/replicaCount'", "got string, want integer"}},
 	{"bad-type-annotation-number.yaml", []string{"at '/podAnnotations/prometheus.io~1port'", "got number, want string"}},
 	{"bad-enum-report-api.yaml", []string{"at '/reports/api'", "value must be one of 'wgpolicy', 'openreports', 'both'"}},
+	{"bad-enum-read-access.yaml", []string{"at '/rbac/readAccess'", "value must be one of 'wildcard', 'restricted'"}},
+	{"bad-typo-extra-rule.yaml", []string{"at '/rbac/restricted/extraRules/0'", "additional properties 'verb' not allowed"}},
 	{"bad-enum-log-level.yaml", []string{"at '/logLevel'", "'verbose' does not match pattern"}},
 	{"bad-enum-pull-policy.yaml", []string{"at '/image/pullPolicy'", "value must be one of 'Always', 'IfNotPresent', 'Never'"}},
 	{"bad-enum-report-results.yaml", []string{"at '/reports/results/1'", "value must be one of 'pass', 'fail', 'warn', 'error', 'skip'"}},
