@@ -122,10 +122,6 @@ func TestReadAccess(t *testing.T) {
 			checkBinding(t, objs, "ClusterRoleBinding", "celaudit-reader-rolebinding", "celaudit-reader")
 		})
 	}
-	if _, err := helm(t, "template", release, chartDir, "--set", "rbac.readAccess=everything"); err == nil ||
-		!strings.Contains(err.Error(), `rbac.readAccess must be wildcard or restricted, not "everything"`) {
-		t.Errorf("rbac.readAccess=everything: %v, want a failure naming the choices", err)
-	}
 }
 
 // TestManagerRoleReadsNoAuditedKinds checks that the generated manager ClusterRole grants no wildcard: what
