@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/test/envtestutil"
@@ -142,4 +143,76 @@ func deleteAndWaitGone(ctx context.Context, obj client.Object) error {
 		err := env.Client.Get(ctx, client.ObjectKeyFromObject(obj), obj)
 		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
 	})
+}
+
+// TestParamDeletedScenario binds one policy twice to the same param ConfigMap, with parameterNotFoundAction
+// Deny and Allow, then deletes the param. Before, both bindings judge the ConfigMaps by the param; after, the
+// Deny binding gives each an error result whose message is the API server's own answer to a request the
+// binding judges without its param, and the Allow binding gives none (the API server admits without
+// evaluating). The reports then equal a fresh audit.
+func TestParamDeletedScenario(t *testing.T) {
+	ctx := context.Background()
+	const ns, label = "f2-param", "f2-param"
+	param := configMap(ns, "f2-limits", map[string]string{"max": "5"})
+	create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{label: "yes"}}},
+		param, configMap(ns, "small", map[string]string{"size": "3"}), configMap(ns, "big", map[string]string{"size": "9"}))
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "f2-param"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy:    ptr.To(admissionregistrationv1.Fail),
+			ParamKind:        &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{configMapRule()}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: "!has(object.data) || !('size' in object.data) || int(object.data.size) <= int(params.data.max)",
+				Message:    "size over the limit",
+			}},
+		},
+	}
+	bind := func(name string, action admissionregistrationv1.ParameterNotFoundActionType) *admissionregistrationv1.ValidatingAdmissionPolicyBinding {
+		return &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+				PolicyName: policy.Name,
+				ParamRef: &admissionregistrationv1.ParamRef{Name: param.Name, Namespace: ns,
+					ParameterNotFoundAction: ptr.To(action)},
+				ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+				MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: nsSelector(label)},
+			},
+		}
+	}
+	deny, allow := bind("f2-param-deny", admissionregistrationv1.DenyAction), bind("f2-param-allow", admissionregistrationv1.AllowAction)
+	create(t, policy, deny, allow)
+	deleteAfter(t, deny, allow, policy)
+
+	id := env.ShippedIdentity(t)
+	opts := envtestutil.TestOptions()
+	op, stop := envtestutil.StartOperator(t, id.Config, opts)
+	envtestutil.WaitSettled(t, op)
+	expectReport(t, ns, 4, "fail big: size over the limit", "fail big: size over the limit")
+
+	if err := env.Client.Delete(ctx, param); err != nil {
+		t.Fatal(err)
+	}
+	// What the API server answers once the param is gone, for a ConfigMap within the limit and one over it.
+	var answers []string
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		answers = nil
+		for _, data := range []map[string]string{{"size": "1"}, {"size": "9"}} {
+			err := env.Client.Create(ctx, configMap(ns, "probe", data), client.DryRunAll)
+			if err == nil || !strings.Contains(err.Error(), "no params found") {
+				return fmt.Errorf("the API server's answer without the param: %v", err)
+			}
+			answers = append(answers, err.Error())
+		}
+		return nil
+	})
+	const missing = "failed to configure binding: no params found for policy binding with `Deny` parameterNotFoundAction"
+	for _, a := range answers {
+		if !strings.Contains(a, "binding 'f2-param-deny' denied request: "+missing) || strings.Contains(a, "f2-param-allow") {
+			t.Errorf("the API server answers %q, want the Deny binding's missing param alone", a)
+		}
+	}
+	expectReport(t, ns, 0, "error big: "+missing, "error small: "+missing)
+	stop()
+	envtestutil.AssertFreshAuditAgrees(t, env.Client, id.Config, opts, ns)
 }
