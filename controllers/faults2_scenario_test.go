@@ -2,6 +2,7 @@ package controllers_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,6 +16,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -22,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
+	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
@@ -325,4 +328,152 @@ func TestNamespaceDeletedScenario(t *testing.T) {
 	}
 	stop()
 	envtestutil.AssertFreshAuditAgrees(t, env.Client, id.Config, opts, gone, stay)
+}
+
+// blobCRD returns a CRD of namespaced Blobs whose spec has a string blob, with rules on spec.
+func blobCRD(rules ...apiextensionsv1.ValidationRule) *apiextensionsv1.CustomResourceDefinition {
+	crd := widgetCRD("blobs", "Blob", apiextensionsv1.NamespaceScoped, rules...)
+	spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+	spec.Properties["blob"] = apiextensionsv1.JSONSchemaProps{Type: "string"}
+	crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+	return crd
+}
+
+// TestHugeObjectScenario audits a custom resource of about 1.4 MiB, near etcd's limit, with a rule of its
+// CRD (on its replicas) and a ValidatingAdmissionPolicy whose messageExpression quotes the whole blob. The verdicts are the
+// API server's, the messages are bounded (the report's cap, not the object's size), every report stays far
+// below etcd's limit, and the reports equal a fresh audit.
+func TestHugeObjectScenario(t *testing.T) {
+	ctx := context.Background()
+	const ns, label, size = "f2-huge", "f2-huge", 1400 * 1024
+	mustApply(t, blobCRD(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{label: "yes"}}})
+	if err := envtestutil.WaitEstablished(ctx, env.Client, "blobs."+scenarioGroup); err != nil {
+		t.Fatal(err)
+	}
+	deleteAfter(t, blobCRD())
+	huge := widget("Blob", ns, "huge", 7)
+	if err := unstructured.SetNestedField(huge.Object, strings.Repeat("x", size), "spec", "blob"); err != nil {
+		t.Fatal(err)
+	}
+	small := widget("Blob", ns, "small", 1)
+	if err := unstructured.SetNestedField(small.Object, "tiny", "spec", "blob"); err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, huge, small)
+	// The rules come after the objects, which they would keep out.
+	const tooBig = "replicas must be at most 5"
+	mustApply(t, blobCRD(apiextensionsv1.ValidationRule{Rule: "self.replicas <= 5", Message: tooBig}))
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "f2-huge"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: ptr.To(admissionregistrationv1.Fail),
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{scenarioGroup}, APIVersions: []string{"v1"}, Resources: []string{"blobs"}},
+				},
+			}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression:        "object.spec.blob.size() <= 1000",
+				Message:           "the blob is too big",
+				MessageExpression: "'the blob is ' + object.spec.blob",
+			}, {
+				Expression:        "object.spec.blob.size() <= 2000",
+				MessageExpression: "'the blob starts with ' + object.spec.blob.substring(0, 5000)",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "f2-huge"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: nsSelector(label)},
+		},
+	}
+	create(t, policy, binding)
+	deleteAfter(t, binding, policy)
+
+	id := env.ShippedIdentity(t)
+	opts := envtestutil.TestOptions()
+	op, stop := envtestutil.StartOperator(t, id.Config, opts)
+	envtestutil.WaitSettled(t, op)
+
+	// The API server's answers to the huge object: the CRD's rule, and the policy's.
+	var crdAnswer, vapAnswer string
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		crdAnswer = apiserverRejectionOf(ctx, huge)
+		cp := huge.DeepCopy()
+		if err := unstructured.SetNestedField(cp.Object, int64(1), "spec", "replicas"); err != nil {
+			return err
+		}
+		vapAnswer = apiserverRejectionOf(ctx, cp)
+		if !strings.Contains(crdAnswer, tooBig) || !strings.Contains(vapAnswer, "ValidatingAdmissionPolicy 'f2-huge'") {
+			return fmt.Errorf("the API server does not deny the huge object yet: %q", crdAnswer)
+		}
+		return nil
+	})
+	var got []v1alpha2.PolicyReportResult
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		var err error
+		if got, _, err = celauditResults(ctx, ns); err != nil {
+			return err
+		}
+		if len(got) != 3 {
+			return fmt.Errorf("%d results in %s, want 3: %v", len(got), ns, got)
+		}
+		return nil
+	})
+	for _, r := range got {
+		if r.Resources[0].Name != "huge" || r.Result != v1alpha2.StatusFail {
+			t.Errorf("result %s on %s, want a fail on huge", r.Result, r.Resources[0].Name)
+		}
+		if len(r.Message) > 4096 {
+			t.Errorf("a message of %d bytes", len(r.Message))
+		}
+		answer := crdAnswer
+		switch {
+		case strings.HasPrefix(r.Message, "the blob starts with "):
+			// The second validation's message: the API server stops at the first, and would show it whole.
+			want := "the blob starts with " + strings.Repeat("x", 4096-len("the blob starts with ")-len(report.TruncationMarker)) +
+				report.TruncationMarker
+			if r.Message != want {
+				t.Errorf("message of %d bytes %.100q..., want it cut to 4096 bytes with the truncation marker", len(r.Message), r.Message)
+			}
+			continue
+		case r.Policy == policy.Name:
+			answer = vapAnswer
+		}
+		if !strings.Contains(answer, r.Message) {
+			t.Errorf("result of %s %.300q is not in the API server's answer %.600q", r.Policy, r.Message, answer)
+		}
+	}
+	list := &v1alpha2.PolicyReportList{}
+	if err := env.Client.List(ctx, list, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range list.Items {
+		data, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(data) > 64*1024 {
+			t.Errorf("report %s is %d bytes: the huge object's content reached it", r.Name, len(data))
+		}
+	}
+	stop()
+	envtestutil.AssertFreshAuditAgrees(t, env.Client, id.Config, opts, ns)
+}
+
+// apiserverRejectionOf returns the API server's answer to a server-side dry-run create of a copy of obj, ""
+// when it admits it.
+func apiserverRejectionOf(ctx context.Context, obj *unstructured.Unstructured) string {
+	cp := obj.DeepCopy()
+	cp.SetName(obj.GetName() + "-dryrun")
+	cp.SetResourceVersion("")
+	cp.SetUID("")
+	if err := env.Client.Create(ctx, cp, client.DryRunAll); err != nil {
+		return err.Error()
+	}
+	return ""
 }
