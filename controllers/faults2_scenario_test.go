@@ -207,7 +207,7 @@ func TestParamDeletedScenario(t *testing.T) {
 		for _, data := range []map[string]string{{"size": "1"}, {"size": "9"}} {
 			err := env.Client.Create(ctx, configMap(ns, "probe", data), client.DryRunAll)
 			if err == nil || !strings.Contains(err.Error(), "no params found") {
-				return fmt.Errorf("the API server's answer without the param: %v", err)
+				return fmt.Errorf("the API server's answer without the param: %w", err)
 			}
 			answers = append(answers, err.Error())
 		}
@@ -319,7 +319,7 @@ func TestNamespaceDeletedScenario(t *testing.T) {
 	envtestutil.Eventually(t, 30*time.Second, func() error {
 		err := env.Client.Get(ctx, client.ObjectKey{Name: gone}, &corev1.Namespace{})
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("namespace %s not gone: %v", gone, err)
+			return fmt.Errorf("namespace %s not gone: %w", gone, err)
 		}
 		return nil
 	})
@@ -612,4 +612,3 @@ func TestTenThousandNamespacesScenario(t *testing.T) {
 	envtestutil.AssertFreshAuditAgrees(t, own.Client, id.Config, opts)
 	t.Logf("the fresh audit, its reports deleted, written and compared, took %s", time.Since(start).Round(time.Millisecond))
 }
-
