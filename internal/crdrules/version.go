@@ -33,6 +33,8 @@ type schemaValidator interface {
 // versionPolicy is the compiled validation of one version of a CRD.
 type versionPolicy struct {
 	version string
+	// key is the CRD's policy key, which names it to the panic handler of an evaluation that panics.
+	key audit.PolicyKey
 	// buildErr is set when the version's validation could not be built; every object then gets one
 	// error finding carrying it.
 	buildErr error
@@ -61,7 +63,7 @@ type versionPolicy struct {
 
 // compileVersion builds the validation of one version as the apiserver's CRD handler does.
 func compileVersion(crd *apiextensionsv1.CustomResourceDefinition, version string, opts Options) (vp *versionPolicy) {
-	vp = &versionPolicy{version: version, budget: opts.RuntimeCostBudget, perCallLimit: opts.PerCallLimit}
+	vp = &versionPolicy{version: version, key: audit.CRDKey(crd.Name), budget: opts.RuntimeCostBudget, perCallLimit: opts.PerCallLimit}
 	defer func() {
 		if r := recover(); r != nil {
 			vp.buildErr = fmt.Errorf("panic building the validation: %v", r)
@@ -195,6 +197,7 @@ func (vp *versionPolicy) findings(ctx context.Context, obj *unstructured.Unstruc
 func (vp *versionPolicy) validateSchema(ctx context.Context, u *unstructured.Unstructured) (errs field.ErrorList, panicked *Finding) {
 	defer func() {
 		if r := recover(); r != nil {
+			audit.Recovered(ctx, vp.key, audit.RefOf(u), r)
 			f := internalFinding(RuleIDSchema, fmt.Sprintf("schema validation panicked: %v", r))
 			errs, panicked = nil, &f
 		}
@@ -207,6 +210,7 @@ func (vp *versionPolicy) validateSchema(ctx context.Context, u *unstructured.Uns
 func (vp *versionPolicy) validateCEL(ctx context.Context, u *unstructured.Unstructured) (out []Finding) {
 	defer func() {
 		if r := recover(); r != nil {
+			audit.Recovered(ctx, vp.key, audit.RefOf(u), r)
 			out = []Finding{internalFinding(RuleIDValidations, fmt.Sprintf("CEL validation panicked: %v", r))}
 		}
 	}()

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"fmt"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -102,6 +101,7 @@ func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
 func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (res []audit.Result) {
 	defer func() {
 		if r := recover(); r != nil {
+			audit.Recovered(ctx, p.Key(), audit.RefOf(obj), r)
 			category, severity := audit.ClassOf(p)
 			res = []audit.Result{{
 				Policy:   p.Key().Name,
@@ -109,7 +109,7 @@ func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionRe
 				Category: category,
 				Severity: severity,
 				Verdict:  audit.Error,
-				Message:  fmt.Sprintf("internal error evaluating the policy: %v", r),
+				Message:  audit.PanicMessage(r),
 				Resource: audit.RefOf(obj),
 			}}
 		}

@@ -217,3 +217,57 @@ func TestCompileObjects(t *testing.T) {
 		t.Errorf("a policy that does not decode: error %v, want one naming it", err)
 	}
 }
+
+// panickingEvaluation stands for upstream code that panics on an object: an index out of range.
+func panickingEvaluation(obj *unstructured.Unstructured) []audit.Result {
+	var names []string
+	_ = names[len(obj.GetName())]
+	return nil
+}
+
+// recordedPanic is one call of a PanicHandler.
+type recordedPanic struct {
+	policy audit.PolicyKey
+	obj    audit.ObjectRef
+	value  string
+	stack  string
+}
+
+// TestEvaluatePanicIsReportedWithStack evaluates an object with a policy whose evaluation panics in the
+// code it calls, then with a policy that does not: the first gives one error result saying what panicked,
+// the panic handler of the context gets its stack, which names the function that panicked, and the second
+// policy is evaluated as usual.
+func TestEvaluatePanicIsReportedWithStack(t *testing.T) {
+	ref := audit.ObjectRef{APIVersion: "v1", Kind: "ConfigMap", Namespace: "n", Name: "o", UID: "u"}
+	var got []recordedPanic
+	ctx := audit.WithPanicHandler(context.Background(), func(policy audit.PolicyKey, obj audit.ObjectRef, value any, stack []byte) {
+		got = append(got, recordedPanic{policy: policy, obj: obj, value: fmt.Sprint(value), stack: string(stack)})
+	})
+	o := NewObject(configMaps, object("ConfigMap", nil))
+	panicking := fakePolicy{name: "panics", resources: []schema.GroupVersionResource{configMaps}, eval: panickingEvaluation}
+	res := o.Evaluate(ctx, panicking)
+	want := []audit.Result{{
+		Policy: "panics", PolicySource: audit.SourceVAP, Rule: audit.RuleInternal, Verdict: audit.Error,
+		Message: "internal error evaluating the policy: runtime error: index out of range [1] with length 0", Resource: ref,
+	}}
+	if !reflect.DeepEqual(res, want) {
+		t.Errorf("Evaluate =\n%+v\nwant\n%+v", res, want)
+	}
+	if len(got) != 1 {
+		t.Fatalf("the panic handler was called %d times, want once", len(got))
+	}
+	if got[0].policy != audit.VAPKey("panics") || got[0].obj != ref || got[0].value != "runtime error: index out of range [1] with length 0" {
+		t.Errorf("the panic handler got %+v", got[0])
+	}
+	if !strings.Contains(got[0].stack, "engine.panickingEvaluation") {
+		t.Errorf("the stack does not name the function that panicked:\n%s", got[0].stack)
+	}
+
+	passing := fakePolicy{name: "passes", resources: []schema.GroupVersionResource{configMaps}, eval: func(obj *unstructured.Unstructured) []audit.Result {
+		return []audit.Result{{Policy: "passes", Verdict: audit.Pass, Resource: audit.RefOf(obj)}}
+	}}
+	res = o.Evaluate(ctx, passing)
+	if len(res) != 1 || res[0].Verdict != audit.Pass || len(got) != 1 {
+		t.Errorf("the policy after the panicking one gave %+v (%d panics reported)", res, len(got))
+	}
+}

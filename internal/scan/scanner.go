@@ -120,6 +120,11 @@ type Scanner struct {
 	index    atomic.Pointer[engine.Set]
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
+
+	// panicked holds, by policy, the last panic whose stack was logged: a policy that panics on every object
+	// logs its stack once, not once per object. A change of the policy forgets it.
+	panicMu  sync.Mutex
+	panicked map[audit.PolicyKey]string
 }
 
 // NewScanner returns a scanner that reads with client and writes results to sink. Call Start to run it.
@@ -135,6 +140,7 @@ func NewScanner(client Client, sink Sink, log logr.Logger, opts Options) *Scanne
 		released: make(chan struct{}),
 		policies: map[audit.PolicyKey]audit.Policy{},
 		watchers: map[schema.GroupVersionResource]*watcher{},
+		panicked: map[audit.PolicyKey]string{},
 	}
 	s.index.Store(engine.NewSet())
 	if opts.Released {
@@ -151,7 +157,7 @@ func (s *Scanner) Release() { s.release.Do(func() { close(s.released) }) }
 // Start runs the scanner until ctx is done. Policies set before Start begin scanning when it is called.
 func (s *Scanner) Start(ctx context.Context) error {
 	s.mu.Lock()
-	s.ctx = ctx
+	s.ctx = audit.WithPanicHandler(ctx, s.recovered)
 	for _, w := range s.watchers {
 		s.startLocked(w)
 	}
@@ -180,6 +186,7 @@ func (s *Scanner) setPolicy(p audit.Policy, rescan bool) {
 	old := s.policies[key]
 	s.policies[key] = p
 	s.index.Store(next)
+	s.forgetPanic(key)
 	want := map[schema.GroupVersionResource]bool{}
 	for _, gvr := range p.Resources() {
 		want[gvr] = true
@@ -226,6 +233,7 @@ func (s *Scanner) RemovePolicy(key audit.PolicyKey) {
 	defer s.live.Unlock()
 	delete(s.policies, key)
 	s.index.Store(next)
+	s.forgetPanic(key)
 	s.sink.DeletePolicy(key, schema.GroupVersionResource{})
 	for _, gvr := range p.Resources() {
 		s.releaseLocked(gvr)
@@ -363,6 +371,40 @@ func (s *Scanner) evaluate(ctx context.Context, gvr schema.GroupVersionResource,
 		}
 		s.live.RUnlock()
 	}
+}
+
+// recovered logs a panic an evaluation recovered into an error result of the object (see audit.Recovered):
+// with its stack the first time the policy panics so, at V(1) afterwards, so that a policy that panics on a
+// million objects writes one stack to the log, and the audit of the other objects goes on.
+func (s *Scanner) recovered(policy audit.PolicyKey, obj audit.ObjectRef, value any, stack []byte) {
+	msg := fmt.Sprint(value)
+	s.panicMu.Lock()
+	first := s.panicked[policy] != msg
+	s.panicked[policy] = msg
+	s.panicMu.Unlock()
+	log := s.log.WithValues("policy", policy.String(), "object", objectString(obj))
+	if !first {
+		log.V(1).Info("Evaluating a policy panicked again; the object gets an error result", "panic", msg)
+		return
+	}
+	log.Error(fmt.Errorf("panic: %s", msg), "Evaluating a policy panicked; the object gets an error result and the audit goes on. "+
+		"Later panics of this policy are logged at verbosity 1 without their stack", "stack", string(stack))
+}
+
+// forgetPanic forgets the panic logged for policy, which changed: its next one is logged with its stack.
+func (s *Scanner) forgetPanic(policy audit.PolicyKey) {
+	s.panicMu.Lock()
+	delete(s.panicked, policy)
+	s.panicMu.Unlock()
+}
+
+// objectString names obj in the log: kind namespace/name.
+func objectString(obj audit.ObjectRef) string {
+	name := obj.Name
+	if obj.Namespace != "" {
+		name = obj.Namespace + "/" + name
+	}
+	return obj.APIVersion + " " + obj.Kind + " " + name
 }
 
 // covers reports whether the policy registered under key covers gvr. A policy replaced by one that covers

@@ -53,7 +53,8 @@ func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, 
 func (e *evaluation) run(gvr schema.GroupVersionResource) (results []audit.Result) {
 	defer func() {
 		if r := recover(); r != nil {
-			results = append(results, e.result(audit.RuleInternal, audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), nil))
+			audit.Recovered(e.ctx, e.p.Key(), e.ref, r)
+			results = append(results, e.result(audit.RuleInternal, audit.Error, audit.PanicMessage(r), nil))
 		}
 	}()
 	key := e.p.classKey(gvr)
@@ -161,7 +162,8 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 	base := b.properties()
 	defer func() {
 		if r := recover(); r != nil {
-			results = []audit.Result{e.result(audit.RuleInternal, audit.Error, fmt.Sprintf("internal error evaluating the policy: %v", r), e.errorProps(base))}
+			audit.Recovered(e.ctx, e.p.Key(), e.ref, r)
+			results = []audit.Result{e.result(audit.RuleInternal, audit.Error, audit.PanicMessage(r), e.errorProps(base))}
 		}
 	}()
 	c := e.p.compiled
