@@ -32,14 +32,15 @@ func scalarAliases(scalarBytes, aliases int) string {
 	return b.String()
 }
 
-// deepBlock nests block mappings n deep.
-func deepBlock(n int) string {
+// deepBlock nests block sequences n deep in compact notation ("- - - x"), and block mappings m deep by
+// indentation, which costs m²/2 bytes.
+func deepBlock(n, m int) string {
 	var b strings.Builder
-	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\ndata:\n")
-	for i := range n {
+	b.WriteString("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep}\nlist:\n" + strings.Repeat("- ", n) + "x\ndata:\n")
+	for i := range m {
 		b.WriteString(strings.Repeat(" ", i+1) + "a:\n")
 	}
-	b.WriteString(strings.Repeat(" ", n+1) + "b\n")
+	b.WriteString(strings.Repeat(" ", m+1) + "b\n")
 	return b.String()
 }
 
@@ -58,7 +59,8 @@ func fuzzSeeds() []string {
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: tags}\ndata: {a: !!binary aGVsbG8=, b: !!float 1, c: 0x10, d: .inf, e: ~}\n",
 		billionLaughs(),
 		scalarAliases(1<<20, 200),
-		deepBlock(10_001),
+		deepBlock(10_001, 0),
+		deepBlock(9_000, 1_000),
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: flow}\ndata: " + strings.Repeat("[", 10_001) + strings.Repeat("]", 10_001) + "\n",
 		"{\"apiVersion\":\"v1\",\"kind\":\"ConfigMap\",\"data\":" + strings.Repeat("{\"a\":", 10_001) + "1" + strings.Repeat("}", 10_001) + "}",
 		"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: huge}\ndata:\n  big: " + strings.Repeat("y", 4<<20) + "\n",
