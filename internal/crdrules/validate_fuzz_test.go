@@ -2,6 +2,7 @@ package crdrules
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -206,10 +207,20 @@ func FuzzFindings(f *testing.F) {
 		upstream[i] = upstreamStrategy(f, crds[i])
 	}
 	f.Fuzz(func(t *testing.T, schemaIndex uint8, body []byte) {
-		// Decoded as the unstructured decoder decodes (integers as int64), but kept without apiVersion or kind.
+		// The object as a read from the API server gives it: stored as the server encodes it (a whole number
+		// written "7.000" is stored as 7), decoded as the unstructured decoder decodes (integers as int64), and
+		// kept without apiVersion or kind if it has none.
 		var m map[string]any
 		if err := utiljson.Unmarshal(body, &m); err != nil || m == nil {
 			return // not a JSON object
+		}
+		stored, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m = nil
+		if err := utiljson.Unmarshal(stored, &m); err != nil {
+			t.Fatal(err)
 		}
 		obj := &unstructured.Unstructured{Object: m}
 		i := int(schemaIndex) % len(fuzzSchemas)
