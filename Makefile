@@ -11,6 +11,9 @@ GO_TEST_FLAGS ?= -count=1
 BENCH_OBJECTS ?= 10000
 BENCH_AUDIT_POLICIES ?= 0
 DEMO_ARGS ?=
+# How long make fuzz runs each fuzz target, and how long make test runs each after the seed corpora.
+FUZZTIME ?= 10s
+TEST_FUZZTIME ?= 5s
 
 SHELL = /usr/bin/env bash -o pipefail
 .SHELLFLAGS = -ec
@@ -75,9 +78,35 @@ envtest: ## Build (once, cached under ~/.cache/celaudit) kube-apiserver, etcd an
 helm: ## Build (once, cached under ~/.cache/celaudit/bin) the pinned Helm CLI the chart tests run.
 	@hack/setup-helm.sh >/dev/null
 
+##@ Testing
+
+# client-go's consistency detectors, read once when a test binary starts: every informer checks that nothing
+# mutates the objects in its cache (a panic "cache mutation detected") and that what a watch-list stream gave it
+# equals a LIST at the same resourceVersion (a panic "data inconsistency detected").
 .PHONY: test
-test: envtest helm ## Run unit tests and the envtest integration tests against a real kube-apiserver and etcd.
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" HELM="$$(hack/setup-helm.sh)" go test $(GO_TEST_FLAGS) ./... 
+test: export KUBE_CACHE_MUTATION_DETECTOR = true
+test: export KUBE_WATCHLIST_INCONSISTENCY_DETECTOR = true
+test: envtest helm ## Run unit tests, envtest integration tests (with client-go's consistency detectors on) and each fuzz target for TEST_FUZZTIME.
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" HELM="$$(hack/setup-helm.sh)" go test $(GO_TEST_FLAGS) ./...
+	@$(MAKE) --no-print-directory fuzz FUZZTIME=$(TEST_FUZZTIME)
+
+# The fuzz targets, as package:Target. go test fuzzes one target per invocation; plain go test runs each one's
+# seed corpus (f.Add and testdata/fuzz/<Target>) like any other test.
+FUZZ_TARGETS = \
+	./internal/crdrules:FuzzFindings \
+	./internal/vap:FuzzEvaluate \
+	./internal/listjson:FuzzDecodeList \
+	./internal/report:FuzzBuildAndDiff \
+	./internal/manifests:FuzzDecode \
+	./internal/uidmap:FuzzPack
+
+.PHONY: fuzz
+fuzz: ## Fuzz each target for FUZZTIME (default 10s); an input that fails is kept in the package's testdata/fuzz.
+	@for target in $(FUZZ_TARGETS); do \
+		pkg=$${target%%:*}; name=$${target##*:}; \
+		echo "go test -run='^$$' -fuzz='^$$name\$$' -fuzztime=$(FUZZTIME) $$pkg"; \
+		go test -run='^$$' -fuzz="^$$name\$$" -fuzztime=$(FUZZTIME) $$pkg || exit 1; \
+	done
 
 .PHONY: test-chart
 test-chart: envtest helm ## Lint and render the Helm chart, compare it with config/, dry-run it against a kube-apiserver.

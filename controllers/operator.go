@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -165,14 +166,15 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 	}
 	// Only our own reports are cached, of the APIs written: other tools' reports can be large and are none
 	// of our business. Ours are kept compacted: a digest of their content instead of their results.
+	scheme := Scheme()
 	reports := map[client.Object]cache.ByObject{}
 	for _, api := range s.reportAPIs {
 		for _, obj := range api.objects() {
-			reports[obj] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: report.ForCache}
+			reports[obj] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: withKind(scheme, report.ForCache)}
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme(),
+		Scheme:                  scheme,
 		Logger:                  s.log,
 		Metrics:                 o.metricsServer(),
 		HealthProbeBindAddress:  o.ProbeAddr,
@@ -182,7 +184,7 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 		Cache: cache.Options{
 			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
 			// managedFields, often the largest part of a small object.
-			DefaultTransform: cache.TransformStripManagedFields(),
+			DefaultTransform: withKind(scheme, cache.TransformStripManagedFields()),
 			ByObject:         reports,
 		},
 		PprofBindAddress: o.PprofAddr,
@@ -191,6 +193,22 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 		return nil, fmt.Errorf("creating manager: %w", err)
 	}
 	return mgr, nil
+}
+
+// withKind returns transform preceded by setting the apiVersion and kind of typed objects that lack them, so
+// that the cache holds the same object whichever way it arrived: a typed object of a CRD comes from a LIST
+// with its apiVersion and kind (the API server writes them on every custom resource and the decoder clears
+// only the list's) and from a watch without them (the decoder clears the object's). The informers' consistency
+// check (KUBE_WATCHLIST_INCONSISTENCY_DETECTOR) compares the two.
+func withKind(scheme *k8sruntime.Scheme, transform toolscache.TransformFunc) toolscache.TransformFunc {
+	return func(obj any) (any, error) {
+		if o, ok := obj.(k8sruntime.Object); ok && o.GetObjectKind().GroupVersionKind().Empty() {
+			if gvk, err := apiutil.GVKForObject(o, scheme); err == nil {
+				o.GetObjectKind().SetGroupVersionKind(gvk)
+			}
+		}
+		return transform(obj)
+	}
 }
 
 // checkReportCRDs fails unless the API server serves the report kinds of every API written. It runs before

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	yamlv2 "go.yaml.in/yaml/v2"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -222,14 +223,16 @@ func (r Reader) decode(name string, in io.Reader, visit func(Object) error) erro
 		}
 		close(next)
 		wg.Wait()
+		// A document's objects read before its error (the items of a List before a bad one) are visited
+		// first, as when documents are parsed one at a time.
 		for _, d := range batch {
-			if d.err != nil {
-				return d.err
-			}
 			for _, o := range d.objects {
 				if err := visit(o); err != nil {
 					return err
 				}
+			}
+			if d.err != nil {
+				return d.err
 			}
 		}
 		return nil
@@ -296,6 +299,9 @@ func (r Reader) decodeDocument(src Source, doc []byte, visit func(Object) error)
 	}
 	if trimmed[0] == '{' {
 		return r.decodeJSONStream(src, doc, visit)
+	}
+	if expandsTooFar(doc) {
+		return &Error{Source: src, Err: tooExpanded()}
 	}
 	data, err := utilyaml.ToJSON(doc)
 	if err != nil {
@@ -471,4 +477,57 @@ func describe(data []byte) string {
 		return "a string"
 	}
 	return "a scalar"
+}
+
+// maxExpandedBytes bounds the JSON that a YAML document with aliases may expand to. The YAML parser refuses
+// documents made mostly of aliases (the billion laughs), but not a few aliases of a large value: 200 aliases
+// of a 1 MiB string are 1 MiB of YAML and 200 MiB of JSON, and as much again once decoded. The API server
+// accepts request bodies of at most 3 MiB; a document that expands past more than twice that can never be
+// applied, and is refused before it is converted.
+const maxExpandedBytes = 8 << 20
+
+// expandsTooFar reports whether the aliases of the YAML document doc expand it past maxExpandedBytes of JSON.
+// Only a document with a '*' can hold an alias; its parsed form shares the aliased strings, so measuring it
+// costs what parsing it does, not what expanding it would. A document that does not parse is left to the
+// conversion, which reports why.
+func expandsTooFar(doc []byte) bool {
+	if bytes.IndexByte(doc, '*') < 0 {
+		return false
+	}
+	var tree any
+	if err := yamlv2.Unmarshal(doc, &tree); err != nil {
+		return false
+	}
+	return expandedSize(tree, maxExpandedBytes) > maxExpandedBytes
+}
+
+// expandedSize estimates the bytes of v's JSON encoding, and stops counting once it passes limit.
+func expandedSize(v any, limit int) int {
+	switch t := v.(type) {
+	case string:
+		return len(t) + 2
+	case map[any]any:
+		n := 2
+		for k, e := range t {
+			n += expandedSize(k, limit) + 2 + expandedSize(e, limit-n)
+			if n > limit {
+				return n
+			}
+		}
+		return n
+	case []any:
+		n := 2
+		for _, e := range t {
+			n += 1 + expandedSize(e, limit-n)
+			if n > limit {
+				return n
+			}
+		}
+		return n
+	}
+	return 8 // a number, a boolean or null
+}
+
+func tooExpanded() error {
+	return fmt.Errorf("YAML aliases expand the document to more than %d MiB of JSON, more than twice what the API server accepts in a request", maxExpandedBytes>>20)
 }

@@ -35,6 +35,10 @@ func TestDecode(t *testing.T) {
 		{name: "no kind", in: "apiVersion: v1\nmetadata:\n  name: x\n", wantErr: "f.yaml:1: not a Kubernetes object: kind is not set"},
 		{name: "no apiVersion or kind", in: "foo: bar\n", wantErr: "f.yaml:1: not a Kubernetes object: apiVersion and kind are not set"},
 		{name: "scalar document", in: "---\njust text\n", wantErr: "f.yaml:2: not a Kubernetes object: a document must be a mapping, not a string"},
+		{name: "aliases of a large value within the limit", in: "---\n" + scalarAliases(1<<20, 6), want: "ConfigMap/big@2"},
+		{name: "aliases of a large value past the limit", in: "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: ok}\n---\n" + scalarAliases(1<<20, 8),
+			wantErr: "f.yaml:5: YAML aliases expand the document to more than 8 MiB of JSON"},
+		{name: "billion laughs", in: billionLaughs(), wantErr: "f.yaml:1: yaml: document contains excessive aliasing"},
 		{name: "invalid JSON at its line", in: "{\"apiVersion\":\"v1\",\n\"kind\": }\n", wantErr: "f.yaml:2: invalid JSON: invalid character '}' looking for beginning of value"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
