@@ -83,7 +83,13 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, err
 	}
 	cfg = clientConfig(cfg, o)
-	mgr, err := newManager(cfg, o, s)
+	elect, err := newElection(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	// Every client made from here on writes through the fence.
+	cfg = elect.fenced(cfg)
+	mgr, err := newManager(cfg, o, s, elect)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +128,9 @@ func (o Options) parse() (settings, error) {
 	if o.ReadinessInterval <= 0 {
 		return settings{}, fmt.Errorf("--readiness-interval must be positive, got %s", o.ReadinessInterval)
 	}
+	if err := o.checkLeaderElection(); err != nil {
+		return settings{}, err
+	}
 	verdicts, err := o.verdicts()
 	if err != nil {
 		return settings{}, err
@@ -158,8 +167,9 @@ func register(cs ...prometheus.Collector) []prometheus.Collector {
 }
 
 // newManager makes the manager and its cache: policies, params, namespaces and celaudit's own reports of the
-// APIs written, which must be served.
-func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
+// APIs written, which must be served. It elects with elect's lock and, stopped, releases the lease at once,
+// so that a rolling update hands over without waiting for the lease to expire.
+func newManager(cfg *rest.Config, o Options, s settings, elect *election) (ctrl.Manager, error) {
 	if err := checkReportCRDs(cfg, o.ReportAPI, s.reportAPIs); err != nil {
 		return nil, err
 	}
@@ -172,13 +182,17 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  Scheme(),
-		Logger:                  s.log,
-		Metrics:                 o.metricsServer(),
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        "celaudit.celaudit.io",
-		LeaderElectionNamespace: o.LeaderElectionNS,
+		Scheme:                              Scheme(),
+		Logger:                              s.log,
+		Metrics:                             o.metricsServer(),
+		HealthProbeBindAddress:              o.ProbeAddr,
+		LeaderElection:                      o.LeaderElect,
+		LeaderElectionID:                    leaderElectionID,
+		LeaderElectionResourceLockInterface: elect.lock,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &o.LeaseDuration,
+		RenewDeadline:                       &o.RenewDeadline,
+		RetryPeriod:                         &o.RetryPeriod,
 		Cache: cache.Options{
 			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
 			// managedFields, often the largest part of a small object.
@@ -189,6 +203,9 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if elect.events != nil {
+		elect.events.recorder = mgr.GetEventRecorder("celaudit")
 	}
 	return mgr, nil
 }
