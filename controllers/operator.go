@@ -105,7 +105,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := setupReports(mgr, o, s, a, writes); err != nil {
 		return nil, err
 	}
-	if err := addChecks(mgr, a.progress); err != nil {
+	if err := addChecks(mgr, a.progress, o.LeaderElect); err != nil {
 		return nil, err
 	}
 	collectors := register(append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))...)
@@ -580,8 +580,10 @@ func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *au
 	return r, nil
 }
 
-// addChecks adds health, and readiness once the first audit is done.
-func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
+// addChecks adds health, and readiness once the first audit is done. A standby (elect, not yet elected) is
+// ready: it audits once it leads, and a Deployment's rolling update waits for the new pod, a standby until
+// the old one leaves, to be ready before it stops the old one.
+func addChecks(mgr ctrl.Manager, progress *auditProgress, elect bool) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
@@ -589,6 +591,9 @@ func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 	err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
+		if elect && !elected(mgr) {
+			return nil
+		}
 		if !progress.FirstAuditDone() {
 			return fmt.Errorf("first audit in progress")
 		}
@@ -598,6 +603,16 @@ func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
 		return fmt.Errorf("adding audit readiness check: %w", err)
 	}
 	return nil
+}
+
+// elected reports whether mgr leads (or runs without leader election) yet.
+func elected(mgr ctrl.Manager) bool {
+	select {
+	case <-mgr.Elected():
+		return true
+	default:
+		return false
+	}
 }
 
 // controllerOptions returns the options of a controller with workers workers.

@@ -3,6 +3,9 @@ package failover
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"syscall"
 	"testing"
@@ -179,8 +182,11 @@ func TestRollingUpdate(t *testing.T) {
 	a := startReplica(t, c.env, c.id, "a")
 	a.waitLeader(t, time.Minute)
 	c.waitFirstAudit(t)
-	b := startReplica(t, c.env, c.id, "b")
+	probes := freeAddress(t)
+	b := startReplica(t, c.env, c.id, "b", "--health-probe-bind-address="+probes)
 	b.waitStandby(t)
+	// The Deployment stops the old pod once the new one is ready: a standby must be.
+	envtestutil.Eventually(t, 30*time.Second, func() error { return ready(probes) })
 
 	stop(t, a)
 	aHeld, _ := a.held()
@@ -234,4 +240,29 @@ func TestPausedLeaderFenced(t *testing.T) {
 
 	assertSingleWriter(t, a, b)
 	c.assertFresh(t)
+}
+
+// freeAddress returns a local address no one listens on.
+func freeAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().String()
+}
+
+// ready returns nil when the probes at address answer /readyz with 200, as the kubelet checks.
+func ready(address string) error {
+	resp, err := http.Get("http://" + address + "/readyz?verbose")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/readyz answered %d: %s", resp.StatusCode, body)
+	}
+	return nil
 }

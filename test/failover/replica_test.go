@@ -112,7 +112,7 @@ type replica struct {
 
 // startReplica runs the operator binary as id, with leader election in the identity's namespace, reports
 // listing every verdict and short intervals, through a new proxy.
-func startReplica(t *testing.T, env *envtestutil.Env, id envtestutil.Identity, name string) *replica {
+func startReplica(t *testing.T, env *envtestutil.Env, id envtestutil.Identity, name string, args ...string) *replica {
 	t.Helper()
 	r := &replica{name: name, out: &lockedBuffer{}, exited: make(chan struct{})}
 	// TLS: client-go sends a kubeconfig's token only over TLS.
@@ -136,6 +136,7 @@ current-context: envtest
 		"--metrics-bind-address=0", "--health-probe-bind-address=0",
 		"--report-results=pass,fail,warn,error,skip", "--report-coalesce=200ms", "--readiness-interval=200ms",
 		"--zap-log-level=info")
+	r.cmd.Args = append(r.cmd.Args, args...) // later flags win
 	r.cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	r.cmd.Stdout, r.cmd.Stderr = r.out, r.out
 	if err := r.cmd.Start(); err != nil {
