@@ -103,7 +103,7 @@ func TestFence(t *testing.T) {
 		{name: "a failed renewal does not extend", method: http.MethodPost, path: report,
 			steps: []step{renew(0, 15, nil), wait(8 * time.Second), renew(time.Second, 15, errors.New("conflict")), wait(time.Second)}},
 		{name: "a later renewal extends", method: http.MethodPost, path: report,
-			steps: []step{renew(0, 15, nil), wait(8 * time.Second), renew(time.Second, 15, nil), wait(time.Second)},
+			steps:        []step{renew(0, 15, nil), wait(8 * time.Second), renew(time.Second, 15, nil), wait(time.Second)},
 			sentDeadline: start.Add(18 * time.Second)},
 		{name: "a lease shorter than the validity bounds it", method: http.MethodPost, path: report,
 			steps: []step{renew(0, 4, nil), wait(3 * time.Second)}, sentDeadline: start.Add(4 * time.Second)},

@@ -89,7 +89,10 @@ func (c *cluster) waitResult(t *testing.T, ns, name string, result v1alpha2.Poli
 			}
 		}
 		lines, err := envtestutil.ReportResults(context.Background(), c.env.Client, ns)
-		return fmt.Errorf("no %s result for ConfigMap %s/%s in the reports, which hold %q (%v)", result, ns, name, lines, err)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("no %s result for ConfigMap %s/%s in the reports, which hold %q", result, ns, name, lines)
 	})
 }
 

@@ -198,9 +198,12 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		// JSON or protobuf, as the client chose.
 		obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the Lease written by replica %s: %w", rec.replica.name, err)
+		}
 		lease, ok := obj.(*coordinationv1.Lease)
-		if err != nil || !ok {
-			return nil, fmt.Errorf("decoding the Lease written by replica %s: %v", rec.replica.name, err)
+		if !ok {
+			return nil, fmt.Errorf("replica %s wrote a %T to the leases", rec.replica.name, obj)
 		}
 		c.Holder = ptr.Deref(lease.Spec.HolderIdentity, "")
 	}
