@@ -84,7 +84,13 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, err
 	}
 	cfg = clientConfig(cfg, o)
-	mgr, err := newManager(cfg, o, s)
+	elect, err := newElection(cfg, o)
+	if err != nil {
+		return nil, err
+	}
+	// Every client made from here on writes through the fence.
+	cfg = elect.fenced(cfg)
+	mgr, err := newManager(cfg, o, s, elect)
 	if err != nil {
 		return nil, err
 	}
@@ -100,7 +106,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := setupReports(mgr, o, s, a, writes); err != nil {
 		return nil, err
 	}
-	if err := addChecks(mgr, a.progress); err != nil {
+	if err := addChecks(mgr, a.progress, o.LeaderElect); err != nil {
 		return nil, err
 	}
 	collectors := register(append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))...)
@@ -122,6 +128,9 @@ type settings struct {
 func (o Options) parse() (settings, error) {
 	if o.ReadinessInterval <= 0 {
 		return settings{}, fmt.Errorf("--readiness-interval must be positive, got %s", o.ReadinessInterval)
+	}
+	if err := o.checkLeaderElection(); err != nil {
+		return settings{}, err
 	}
 	verdicts, err := o.verdicts()
 	if err != nil {
@@ -159,8 +168,9 @@ func register(cs ...prometheus.Collector) []prometheus.Collector {
 }
 
 // newManager makes the manager and its cache: policies, params, namespaces and celaudit's own reports of the
-// APIs written, which must be served.
-func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
+// APIs written, which must be served. It elects with elect's lock and, stopped, releases the lease at once,
+// so that a rolling update hands over without waiting for the lease to expire.
+func newManager(cfg *rest.Config, o Options, s settings, elect *election) (ctrl.Manager, error) {
 	if err := checkReportCRDs(cfg, o.ReportAPI, s.reportAPIs); err != nil {
 		return nil, err
 	}
@@ -174,13 +184,17 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 		}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:                  scheme,
-		Logger:                  s.log,
-		Metrics:                 o.metricsServer(),
-		HealthProbeBindAddress:  o.ProbeAddr,
-		LeaderElection:          o.LeaderElect,
-		LeaderElectionID:        "celaudit.celaudit.io",
-		LeaderElectionNamespace: o.LeaderElectionNS,
+		Scheme:                              scheme,
+		Logger:                              s.log,
+		Metrics:                             o.metricsServer(),
+		HealthProbeBindAddress:              o.ProbeAddr,
+		LeaderElection:                      o.LeaderElect,
+		LeaderElectionID:                    leaderElectionID,
+		LeaderElectionResourceLockInterface: elect.lock,
+		LeaderElectionReleaseOnCancel:       true,
+		LeaseDuration:                       &o.LeaseDuration,
+		RenewDeadline:                       &o.RenewDeadline,
+		RetryPeriod:                         &o.RetryPeriod,
 		Cache: cache.Options{
 			// Nothing celaudit reads from its cache (policies, params, namespaces, its own reports) needs
 			// managedFields, often the largest part of a small object.
@@ -191,6 +205,9 @@ func newManager(cfg *rest.Config, o Options, s settings) (ctrl.Manager, error) {
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating manager: %w", err)
+	}
+	if elect.events != nil {
+		elect.events.recorder = mgr.GetEventRecorder("celaudit")
 	}
 	return mgr, nil
 }
@@ -584,8 +601,10 @@ func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *au
 	return r, nil
 }
 
-// addChecks adds health, and readiness once the first audit is done.
-func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
+// addChecks adds health, and readiness once the first audit is done. A standby (elect, not yet elected) is
+// ready: it audits once it leads, and a Deployment's rolling update waits for the new pod, a standby until
+// the old one leaves, to be ready before it stops the old one.
+func addChecks(mgr ctrl.Manager, progress *auditProgress, elect bool) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
@@ -593,6 +612,9 @@ func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 	err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
+		if elect && !elected(mgr) {
+			return nil
+		}
 		if !progress.FirstAuditDone() {
 			return fmt.Errorf("first audit in progress")
 		}
@@ -602,6 +624,16 @@ func addChecks(mgr ctrl.Manager, progress *auditProgress) error {
 		return fmt.Errorf("adding audit readiness check: %w", err)
 	}
 	return nil
+}
+
+// elected reports whether mgr leads (or runs without leader election) yet.
+func elected(mgr ctrl.Manager) bool {
+	select {
+	case <-mgr.Elected():
+		return true
+	default:
+		return false
+	}
 }
 
 // controllerOptions returns the options of a controller with workers workers.

@@ -32,20 +32,25 @@ type Options struct {
 	MetricsCertDir string
 	// EnableHTTP2 lets the metrics endpoint speak HTTP/2, off by default against HTTP/2 stream-reset floods
 	// (CVE-2023-44487, CVE-2023-39325).
-	EnableHTTP2         bool
-	ProbeAddr           string
-	LeaderElect         bool
-	LeaderElectionNS    string
-	ResyncPeriod        time.Duration
-	Workers             int
-	PageSize            int64
-	QPS                 float32
-	Burst               int
-	ReportVerdicts      string
-	MaxResultsPerReport int
-	MaxReportBytes      int
-	ReportCoalesce      time.Duration
-	ReportWorkers       int
+	EnableHTTP2      bool
+	ProbeAddr        string
+	LeaderElect      bool
+	LeaderElectionNS string
+	// LeaseDuration, RenewDeadline and RetryPeriod time leader election: a standby takes over a lease not
+	// renewed for LeaseDuration; the leader writes only within RenewDeadline of its last renewal's start,
+	// and gives the lease up when it cannot renew within it; RetryPeriod is the interval of renewals and of
+	// a standby's attempts to acquire.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	ResyncPeriod                              time.Duration
+	Workers                                   int
+	PageSize                                  int64
+	QPS                                       float32
+	Burst                                     int
+	ReportVerdicts                            string
+	MaxResultsPerReport                       int
+	MaxReportBytes                            int
+	ReportCoalesce                            time.Duration
+	ReportWorkers                             int
 	// ReportAPI is the API reports are written in: wgpolicy (PolicyReports), openreports (OpenReports'
 	// Reports) or both. celaudit never installs the CRDs of either: NewOperator fails when one is missing.
 	ReportAPI         string
@@ -95,9 +100,13 @@ func (v *float32Value) Set(s string) error {
 // DefaultOptions returns the defaults of every flag.
 func DefaultOptions() Options {
 	return Options{
-		MetricsAddr:    ":8443",
-		MetricsSecure:  true,
-		ProbeAddr:      ":8081",
+		MetricsAddr:   ":8443",
+		MetricsSecure: true,
+		ProbeAddr:     ":8081",
+		// controller-runtime's and kube-controller-manager's defaults.
+		LeaseDuration:  15 * time.Second,
+		RenewDeadline:  10 * time.Second,
+		RetryPeriod:    2 * time.Second,
 		ResyncPeriod:   time.Hour,
 		Workers:        runtime.NumCPU(),
 		PageSize:       500,
@@ -131,6 +140,9 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ProbeAddr, "health-probe-bind-address", o.ProbeAddr, "Address of the health and readiness probes.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader, so that only one replica audits and writes reports.")
 	fs.StringVar(&o.LeaderElectionNS, "leader-election-namespace", o.LeaderElectionNS, "Namespace of the leader election lease (default: the pod's namespace).")
+	fs.DurationVar(&o.LeaseDuration, "leader-election-lease-duration", o.LeaseDuration, "Time a standby waits after the leader's last renewal before it takes the lease over: the longest failover after a leader dies. Whole seconds.")
+	fs.DurationVar(&o.RenewDeadline, "leader-election-renew-deadline", o.RenewDeadline, "Time after the start of its last successful renewal at which the leader stops writing, and gives the lease up if it could not renew; shorter than the lease duration, whose remainder absorbs clock drift and writes in flight.")
+	fs.DurationVar(&o.RetryPeriod, "leader-election-retry-period", o.RetryPeriod, "Interval of the leader's renewals and of a standby's attempts to acquire the lease.")
 	fs.DurationVar(&o.ResyncPeriod, "resync-period", o.ResyncPeriod, "Interval of the periodic full re-evaluation of every policy; 0 disables it. Unchanged results cause no writes.")
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Objects evaluated in parallel.")
 	fs.Int64Var(&o.PageSize, "page-size", o.PageSize, "Limit of each paginated LIST of audited objects.")
