@@ -428,6 +428,10 @@ kubeAPI:
 reports:
   maxResultsPerReport: 0
   maxReportBytes: 1500000
+leaderElection:
+  leaseDuration: 30s
+  renewDeadline: 20s
+  retryPeriod: 4s
 `), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -436,6 +440,7 @@ reports:
 		"--workers=4", "--page-size=1000", "--resync-period=30m", "--exclude-crd-groups=wgpolicyk8s.io,example.com",
 		"--kube-api-qps=100.5", "--kube-api-burst=800", "--max-results-per-report=0", "--max-report-bytes=1500000",
 		"--zap-log-level=debug", "--report-coalesce=2s", "--report-workers=4",
+		"--leader-election-lease-duration=30s", "--leader-election-renew-deadline=20s", "--leader-election-retry-period=4s",
 	}
 	args := objs.args(t)
 	for _, w := range want {
@@ -446,7 +451,8 @@ reports:
 	// Unset values pass nothing: the operator's defaults stand.
 	defaults := render(t).args(t)
 	for _, name := range []string{"workers", "page-size", "resync-period", "exclude-crd-groups", "kube-api-qps", "kube-api-burst",
-		"max-results-per-report", "max-report-bytes", "zap-log-level"} {
+		"max-results-per-report", "max-report-bytes", "zap-log-level", "leader-election-lease-duration",
+		"leader-election-renew-deadline", "leader-election-retry-period"} {
 		if got := flag(defaults, name); got != nil {
 			t.Errorf("default args pass %v", got)
 		}

@@ -26,6 +26,7 @@ var badValues = []struct {
 	{"bad-enum-report-api.yaml", []string{"at '/reports/api'", "value must be one of 'wgpolicy', 'openreports', 'both'"}},
 	{"bad-enum-read-access.yaml", []string{"at '/rbac/readAccess'", "value must be one of 'wildcard', 'restricted'"}},
 	{"bad-typo-extra-rule.yaml", []string{"at '/rbac/restricted/extraRules/0'", "additional properties 'verb' not allowed"}},
+	{"bad-type-lease-duration.yaml", []string{"at '/leaderElection/leaseDuration'", "got number, want null or string"}},
 	{"bad-enum-log-level.yaml", []string{"at '/logLevel'", "'verbose' does not match pattern"}},
 	{"bad-enum-pull-policy.yaml", []string{"at '/image/pullPolicy'", "value must be one of 'Always', 'IfNotPresent', 'Never'"}},
 	{"bad-enum-report-results.yaml", []string{"at '/reports/results/1'", "value must be one of 'pass', 'fail', 'warn', 'error', 'skip'"}},
