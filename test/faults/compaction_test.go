@@ -39,7 +39,8 @@ func TestEtcdCompaction(t *testing.T) {
 			}
 		}
 	}
-	o := options(); o.Logger = debugLogger(t)
+	o := options()
+	o.Logger = debugLogger(t)
 	op, stop := envtestutil.StartOperator(t, log.Wrap(id.Config), o)
 	envtestutil.WaitSettled(t, op)
 	waitFailures(t, env, c.namespaces, c.failures())
