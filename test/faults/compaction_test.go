@@ -40,7 +40,7 @@ func TestEtcdCompaction(t *testing.T) {
 		}
 	}
 	o := options()
-	o.Logger = debugLogger(t)
+	o.Logger = (&logLines{}).logger(t)
 	op, stop := envtestutil.StartOperator(t, log.Wrap(id.Config), o)
 	envtestutil.WaitSettled(t, op)
 	waitFailures(t, env, c.namespaces, c.failures())
