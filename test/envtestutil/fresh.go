@@ -46,11 +46,11 @@ func ReportResults(ctx context.Context, c client.Reader, namespaces ...string) (
 
 func appendResultLines(lines []string, scope string, results []v1alpha2.PolicyReportResult) []string {
 	for _, r := range results {
-		var resources []string
+		resources := make([]string, 0, len(r.Resources))
 		for _, o := range r.Resources {
 			resources = append(resources, fmt.Sprintf("%s/%s/%s/%s/%s", o.APIVersion, o.Kind, o.Namespace, o.Name, o.UID))
 		}
-		var props []string
+		props := make([]string, 0, len(r.Properties))
 		for k, v := range r.Properties {
 			props = append(props, k+"="+v)
 		}

@@ -52,7 +52,7 @@ func (e *Env) StopAPIServer(t testing.TB) {
 		t.Fatalf("stopping the API server: %v", err)
 	}
 	// A killed process is not waited for: its port is free once it is gone.
-	addr := e.ControlPlane.APIServer.SecureServing.ListenAddr.HostPort()
+	addr := e.ControlPlane.APIServer.HostPort() // the secure port, the only one served
 	Eventually(t, 30*time.Second, func() error {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err != nil {
