@@ -10,6 +10,8 @@ import (
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // failureCause is why a write to the API server failed, as far as what follows is concerned: each cause is
@@ -49,7 +51,7 @@ func writeBackoff(failures int) time.Duration {
 }
 
 // apiFailures is what the operator knows of its failed writes to the API server, across every writer (the
-// reports of each API). It logs each cause once when it begins, with its first error, and once when it ends,
+// reports of each API, AuditPolicies). It logs each cause of each writer's failures once when it begins, with its first error, and once when it ends,
 // with how many writes failed and for how long: an API server that is down for a minute is two log lines,
 // not one error with a stack trace per namespace each second. While the API server is unreachable it asks
 // it whether it is ready, each ProbeInterval, so that the writes waiting for it go as soon as it is back
@@ -61,11 +63,17 @@ type apiFailures struct {
 	ProbeInterval time.Duration
 
 	mu     sync.Mutex
-	causes map[failureCause]*failureSpell
+	causes map[failingWrites]*failureSpell
 	// recovered are called, outside the lock, when the causes end: writers retry at once.
 	recovered hooks
 	// probe wakes the prober when the API server becomes unreachable.
 	probe chan struct{}
+}
+
+// failingWrites are the writes of one kind (reports, AuditPolicies) that fail for one cause.
+type failingWrites struct {
+	what  string
+	cause failureCause
 }
 
 // failureSpell is one cause's run of failures.
@@ -75,7 +83,7 @@ type failureSpell struct {
 }
 
 func newAPIFailures(log logr.Logger, ready func(ctx context.Context) error) *apiFailures {
-	return &apiFailures{Log: log, Ready: ready, ProbeInterval: time.Second, causes: map[failureCause]*failureSpell{},
+	return &apiFailures{Log: log, Ready: ready, ProbeInterval: time.Second, causes: map[failingWrites]*failureSpell{},
 		probe: make(chan struct{}, 1)}
 }
 
@@ -90,12 +98,13 @@ func (f *apiFailures) OnRecovered(fn func()) {
 // cause.
 func (f *apiFailures) Failed(what string, err error) failureCause {
 	cause := causeOf(err)
+	key := failingWrites{what: what, cause: cause}
 	f.mu.Lock()
-	spell := f.causes[cause]
+	spell := f.causes[key]
 	isNew := spell == nil
 	if isNew {
 		spell = &failureSpell{since: time.Now()}
-		f.causes[cause] = spell
+		f.causes[key] = spell
 	}
 	spell.failures++
 	f.mu.Unlock()
@@ -123,12 +132,12 @@ func (f *apiFailures) Succeeded() {
 		return
 	}
 	ended := f.causes
-	f.causes = map[failureCause]*failureSpell{}
+	f.causes = map[failingWrites]*failureSpell{}
 	calls := f.recovered
 	f.mu.Unlock()
-	for cause, spell := range ended {
-		f.Log.Info("Writes to the API server succeed again", "cause", string(cause), "failedWrites", spell.failures,
-			"for", time.Since(spell.since).Round(time.Second).String())
+	for key, spell := range ended {
+		f.Log.Info("Writes to the API server succeed again", "cause", string(key.cause), "writing", key.what,
+			"failedWrites", spell.failures, "for", time.Since(spell.since).Round(time.Second).String())
 	}
 	calls.run()
 }
@@ -137,7 +146,12 @@ func (f *apiFailures) Succeeded() {
 func (f *apiFailures) unreachable() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.causes[causeUnreachable] != nil
+	for key := range f.causes {
+		if key.cause == causeUnreachable {
+			return true
+		}
+	}
+	return false
 }
 
 // Start asks the API server whether it is ready, each ProbeInterval while writes fail because it is
@@ -176,4 +190,46 @@ func (f *apiFailures) waitReachable(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// backingOff wraps a reconciler whose writes to the API server may fail while it is unreachable or refuses
+// them: such a failure is logged once per cause by Failures and retried after a backoff per request that
+// grows with each failure in a row (see writeBackoff), instead of being returned, which logs it on every
+// retry. Other errors are returned as they are. A reconcile that succeeds resets its request's backoff and
+// ends the causes.
+type backingOff struct {
+	reconcile.TypedReconciler[reconcile.Request]
+	Failures *apiFailures
+	// What names the writes in the log, e.g. "AuditPolicy status".
+	What string
+
+	mu       sync.Mutex
+	failures map[reconcile.Request]int // failed reconciles in a row, by request
+}
+
+var _ reconcile.Reconciler = &backingOff{}
+
+// Reconcile runs the wrapped reconciler and backs off from its API failures.
+func (b *backingOff) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	res, err := b.TypedReconciler.Reconcile(ctx, req)
+	if err == nil {
+		b.mu.Lock()
+		delete(b.failures, req)
+		b.mu.Unlock()
+		b.Failures.Succeeded()
+		return res, nil
+	}
+	if ctx.Err() != nil || causeOf(err) == "other" {
+		return res, err
+	}
+	b.Failures.Failed(b.What, err)
+	b.mu.Lock()
+	if b.failures == nil {
+		b.failures = map[reconcile.Request]int{}
+	}
+	b.failures[req]++
+	wait := writeBackoff(b.failures[req])
+	b.mu.Unlock()
+	ctrl.LoggerFrom(ctx).V(1).Info("Reconcile failed, retrying with backoff", "err", err.Error(), "after", wait)
+	return reconcile.Result{RequeueAfter: wait}, nil
 }

@@ -16,6 +16,8 @@ import (
 	"github.com/go-logr/logr/funcr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 func TestCauseOf(t *testing.T) {
@@ -85,8 +87,8 @@ func TestAPIFailuresLogOncePerCause(t *testing.T) {
 	want := []string{
 		`"msg"="Writes to the API server fail: retrying with backoff; logged again when they succeed" "error"="connection refused" "cause"="the API server is unreachable" "writing"="reports"`,
 		`"msg"="Writes to the API server fail: retrying with backoff; logged again when they succeed" "error"="policyreports \"r\" is forbidden: no" "cause"="the API server refuses: Forbidden" "writing"="reports"`,
-		`"level"=0 "msg"="Writes to the API server succeed again" "cause"="the API server is unreachable" "failedWrites"=50`,
-		`"level"=0 "msg"="Writes to the API server succeed again" "cause"="the API server refuses: Forbidden" "failedWrites"=1`,
+		`"level"=0 "msg"="Writes to the API server succeed again" "cause"="the API server is unreachable" "writing"="reports" "failedWrites"=50`,
+		`"level"=0 "msg"="Writes to the API server succeed again" "cause"="the API server refuses: Forbidden" "writing"="reports" "failedWrites"=1`,
 	}
 	if len(lines) != len(want) {
 		t.Fatalf("logged %d lines, want %d:\n%s", len(lines), len(want), strings.Join(lines, "\n"))
@@ -139,5 +141,37 @@ func TestAPIFailuresProbeEndsUnreachable(t *testing.T) {
 	case <-recovered:
 	case <-time.After(time.Minute):
 		t.Fatal("the writers were not told the API server is back")
+	}
+}
+
+// stepReconciler fails each reconcile with the next error of errs, nil once they are used up.
+type stepReconciler struct{ errs []error }
+
+func (s *stepReconciler) Reconcile(context.Context, reconcile.Request) (reconcile.Result, error) {
+	if len(s.errs) == 0 {
+		return reconcile.Result{}, nil
+	}
+	err := s.errs[0]
+	s.errs = s.errs[1:]
+	return reconcile.Result{}, err
+}
+
+// A reconciler whose writes fail because the API server is unreachable retries with a growing backoff, not
+// with the error; a success resets the backoff; an error that is not an API failure is returned.
+func TestBackingOff(t *testing.T) {
+	refused := fmt.Errorf("updating status: %w", syscall.ECONNREFUSED)
+	bug := errors.New("no such field")
+	inner := &stepReconciler{errs: []error{refused, refused, refused, nil, refused, bug}}
+	b := &backingOff{TypedReconciler: inner, Failures: newAPIFailures(funcr.New(func(_, _ string) {}, funcr.Options{}), nil),
+		What: "AuditPolicies"}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}
+	for i, want := range []struct {
+		after time.Duration
+		err   error
+	}{{time.Second, nil}, {2 * time.Second, nil}, {4 * time.Second, nil}, {0, nil}, {time.Second, nil}, {0, bug}} {
+		res, err := b.Reconcile(context.Background(), req)
+		if res.RequeueAfter != want.after || !errors.Is(err, want.err) || (want.err == nil && err != nil) {
+			t.Errorf("reconcile %d = %+v, %v; want RequeueAfter %s, error %v", i+1, res, err, want.after, want.err)
+		}
 	}
 }

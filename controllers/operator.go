@@ -230,6 +230,9 @@ type auditParts struct {
 	progress  *auditProgress
 	// auditPolicies says whether the AuditPolicy CRD is installed.
 	auditPolicies bool
+	// failures logs the failed writes of every writer once per cause, and tells them when the API server
+	// is back.
+	failures *apiFailures
 }
 
 // newAudit makes the result store, discovery, the scanner that reads the audited resources and
@@ -257,8 +260,13 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 		return nil, err
 	}
 	startup := newStartup(auditPolicies, sc, notifier)
+	failures, err := newWriteFailures(mgr, s.log)
+	if err != nil {
+		return nil, err
+	}
 	return &auditParts{
-		events: events, warnings: &warnings{Recorder: events}, metrics: m, notifier: notifier, store: store,
+		failures: failures,
+		events:   events, warnings: &warnings{Recorder: events}, metrics: m, notifier: notifier, store: store,
 		discovery: disc, refresher: refresher, scan: sc, startup: startup, auditPolicies: auditPolicies,
 		progress: newAuditProgress(startup, sc, notifier, started, m.firstAudit),
 	}, nil
@@ -468,6 +476,7 @@ func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconc
 		Exemptions: exemptions,
 		Startup:    a.startup,
 		Discovery:  a.discovery,
+		Failures:   a.failures,
 	}
 	ready.OnChange(r.summariesChanged)
 	ready.OnAudit(r.auditCompleted)
@@ -515,10 +524,7 @@ func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes
 	if retired != nil {
 		onCurrent = retired.reportsCurrent
 	}
-	failures, err := newWriteFailures(mgr, s.log)
-	if err != nil {
-		return err
-	}
+	failures := a.failures
 	// One reconciler per API, each with its own gate: the reports of one API are restored, and its names
 	// avoided, whatever becomes of the other's. They share the bound on writes in flight, and what is known
 	// of failed writes: when the API server is back, each clears its backoff, then every namespace waiting
