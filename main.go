@@ -6,6 +6,7 @@ import (
 	"flag"
 	"os"
 
+	"go.uber.org/zap/zapcore"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
@@ -16,7 +17,10 @@ import (
 func main() {
 	opts := controllers.DefaultOptions()
 	opts.BindFlags(flag.CommandLine)
-	zapOpts := zap.Options{Development: false}
+	// Errors are logged without stack traces (--zap-stacktrace-level brings them back): celaudit's errors
+	// say where they come from, and a trace would show only the controller's goroutine, repeated on every
+	// retry of a write while the API server is unreachable.
+	zapOpts := zap.Options{Development: false, StacktraceLevel: zapcore.PanicLevel}
 	zapOpts.BindFlags(flag.CommandLine)
 	flag.Parse()
 

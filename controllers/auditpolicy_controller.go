@@ -74,6 +74,8 @@ type auditPolicyReconciler struct {
 
 	// Discovery changes bind every AuditPolicy again.
 	Discovery *views.Discovery
+	// Failures logs failed writes (status, registered pairs) once per cause, retried with backoff.
+	Failures *apiFailures
 
 	// queue is the controller's work queue, once it started: summary and discovery changes enqueue into it.
 	queue  atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
@@ -558,8 +560,8 @@ func deletionStarted() predicate.Predicate {
 // AuditPolicies and to their deletion (not to its own status and finalizer writes), to changes of the pairs it registered, to discovery changes
 // and to changes of their summaries.
 func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Recheck == nil || r.Events == nil || r.Warnings == nil || r.Startup == nil || r.Discovery == nil {
-		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Recheck, Events, Warnings, Startup and Discovery")
+	if r.Client == nil || r.Policies == nil || r.Summaries == nil || r.Recheck == nil || r.Events == nil || r.Warnings == nil || r.Startup == nil || r.Discovery == nil || r.Failures == nil {
+		return fmt.Errorf("auditPolicyReconciler needs Client, Policies, Summaries, Recheck, Events, Warnings, Startup, Discovery and Failures")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -589,5 +591,5 @@ func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(
 	for _, o := range opts {
 		b = o(b)
 	}
-	return b.Complete(r)
+	return b.Complete(&backingOff{TypedReconciler: r, Failures: r.Failures, What: "AuditPolicies"})
 }

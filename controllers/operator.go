@@ -265,6 +265,9 @@ type auditParts struct {
 	progress  *auditProgress
 	// auditPolicies says whether the AuditPolicy CRD is installed.
 	auditPolicies bool
+	// failures logs the failed writes of every writer once per cause, and tells them when the API server
+	// is back.
+	failures *apiFailures
 }
 
 // newAudit makes the result store, discovery, the scanner that reads the audited resources and
@@ -292,8 +295,13 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 		return nil, err
 	}
 	startup := newStartup(auditPolicies, sc, notifier)
+	failures, err := newWriteFailures(mgr, s.log)
+	if err != nil {
+		return nil, err
+	}
 	return &auditParts{
-		events: events, warnings: &warnings{Recorder: events}, metrics: m, notifier: notifier, store: store,
+		failures: failures,
+		events:   events, warnings: &warnings{Recorder: events}, metrics: m, notifier: notifier, store: store,
 		discovery: disc, refresher: refresher, scan: sc, startup: startup, auditPolicies: auditPolicies,
 		progress: newAuditProgress(startup, sc, notifier, started, m.firstAudit),
 	}, nil
@@ -506,6 +514,7 @@ func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconc
 		Exemptions: exemptions,
 		Startup:    a.startup,
 		Discovery:  a.discovery,
+		Failures:   a.failures,
 	}
 	ready.OnChange(r.summariesChanged)
 	ready.OnAudit(r.auditCompleted)
@@ -553,8 +562,11 @@ func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes
 	if retired != nil {
 		onCurrent = retired.reportsCurrent
 	}
+	failures := a.failures
 	// One reconciler per API, each with its own gate: the reports of one API are restored, and its names
-	// avoided, whatever becomes of the other's. They share the bound on writes in flight.
+	// avoided, whatever becomes of the other's. They share the bound on writes in flight, and what is known
+	// of failed writes: when the API server is back, each clears its backoff, then every namespace waiting
+	// is enqueued.
 	inFlight := make(chan struct{}, defaultWritesInFlight)
 	for i, api := range s.reportAPIs {
 		r := &ReportReconciler{
@@ -572,12 +584,32 @@ func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes
 			api:        api,
 			peers:      slices.Delete(slices.Clone(s.reportAPIs), i, i+1),
 			onCurrent:  onCurrent,
+			Failures:   failures,
 		}
 		if err := r.SetupWithManager(mgr, controllerOptions(o, o.ReportWorkers)); err != nil {
 			return fmt.Errorf("setting up %s controller: %w", api.name(), err)
 		}
+		failures.OnRecovered(r.gate.clearBackoff)
 	}
+	failures.OnRecovered(a.notifier.Recheck)
 	return nil
+}
+
+// newWriteFailures returns what logs failed writes once per cause (added to mgr), which asks the API server
+// whether it is ready (GET /readyz, which every client may read) while it is unreachable.
+func newWriteFailures(mgr ctrl.Manager, log logr.Logger) (*apiFailures, error) {
+	dc, err := discovery.NewDiscoveryClientForConfigAndClient(mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return nil, fmt.Errorf("creating the readiness probe's client: %w", err)
+	}
+	rc := dc.RESTClient()
+	f := newAPIFailures(log.WithName("writes"), func(ctx context.Context) error {
+		return rc.Get().AbsPath("/readyz").Do(ctx).Error()
+	})
+	if err := mgr.Add(f); err != nil {
+		return nil, fmt.Errorf("adding the API server readiness probe: %w", err)
+	}
+	return f, nil
 }
 
 // setupRetiredReports registers the removal of celaudit's reports of the API --report-api no longer selects,

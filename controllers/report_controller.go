@@ -63,6 +63,9 @@ type ReportReconciler struct {
 	// ends.
 	Rescanning func() bool
 	MaxHold    time.Duration
+	// Failures logs failed writes once per cause and tells when the API server is back; when unset, one
+	// of the reconciler's own logs to ctrl.Log.
+	Failures *apiFailures
 
 	gate writeGate // what is kept about each namespace's writes, and when they are written
 	// inFlight holds one token per report write under way; its capacity bounds the writes in flight at once,
@@ -140,6 +143,8 @@ func (r *ReportReconciler) write(ctx context.Context, namespace string, existing
 		return r.writeFailed(ctx, namespace, taken[namespace], refused, err)
 	}
 	r.gate.published(namespace)
+	r.gate.succeeded(namespace)
+	r.Failures.Succeeded()
 	r.current(namespace)
 	ctrl.LoggerFrom(ctx).V(1).Info("Reports written",
 		"created", len(changes.PolicyReports.Create)+len(changes.ClusterPolicyReports.Create),
@@ -182,7 +187,21 @@ func (r *ReportReconciler) writeFailed(ctx context.Context, namespace string, ta
 	case len(refused.existed) > 0 || apierrors.IsConflict(err):
 		return r.conflicted(ctx, namespace, taken, refused.existed, err)
 	}
-	return ctrl.Result{}, err
+	return r.retryLater(ctx, namespace, err)
+}
+
+// retryLater records writes of namespace's reports that failed with err, which Failures logs once per cause,
+// and retries them after a backoff that grows with each failure in a row (see writeBackoff), or as soon as
+// the API server is known to be back. Returning err instead would log it, with a stack trace, on every retry,
+// and retry each second: the coalescing wait that follows every write resets the queue's own backoff.
+func (r *ReportReconciler) retryLater(ctx context.Context, namespace string, err error) (ctrl.Result, error) {
+	if ctx.Err() != nil {
+		return ctrl.Result{}, ctx.Err()
+	}
+	cause := r.Failures.Failed("reports", err)
+	wait := r.gate.failed(namespace, r.Clock.Now())
+	ctrl.LoggerFrom(ctx).V(1).Info("Writing reports failed, retrying with backoff", "cause", string(cause), "err", err.Error(), "after", wait)
+	return ctrl.Result{RequeueAfter: wait}, nil
 }
 
 // namespaceDeleting reports whether namespace is being deleted, as the cache shows it. A namespace the cache
@@ -367,6 +386,9 @@ func (r *ReportReconciler) defaults() {
 	}
 	if r.api == nil {
 		r.api = wgpolicyAPI{}
+	}
+	if r.Failures == nil {
+		r.Failures = newAPIFailures(ctrl.Log.WithName("writes"), nil)
 	}
 }
 

@@ -33,6 +33,10 @@ type namespaceState struct {
 	// ID: a report deleted by hand is written again with the times its results last changed, not the time
 	// it is written again.
 	removed map[string]metav1.Timestamp
+	// failures counts the writes that failed in a row (see ReportReconciler.retryLater), and retryAt is when
+	// they are retried; zero: the last writes did not fail, or the API server is known to be back.
+	failures int
+	retryAt  time.Time
 }
 
 // expectation is what a namespace's last writes left: each report written, with the resourceVersion the API
@@ -79,6 +83,9 @@ const (
 	// waitCache: the cache to show the last writes, whose watch events enqueue the namespace, or MaxHold to
 	// pass since they ended.
 	waitCache
+	// waitBackoff: the backoff after failed writes to pass, or the API server to be back (which clears it
+	// and enqueues every namespace marked dirty).
+	waitBackoff
 )
 
 func (w wait) String() string {
@@ -93,6 +100,8 @@ func (w wait) String() string {
 		return "rescan"
 	case waitCache:
 		return "cache"
+	case waitBackoff:
+		return "backoff"
 	}
 	return "unknown"
 }
@@ -113,6 +122,9 @@ type writeDecision struct {
 func decideWrite(st namespaceState, in writeInputs, lim writeLimits) writeDecision {
 	if !in.firstAuditDone {
 		return writeDecision{wait: waitFirstAudit}
+	}
+	if left := st.retryAt.Sub(in.now); !st.retryAt.IsZero() && left > 0 {
+		return writeDecision{wait: waitBackoff, after: left}
 	}
 	if !st.lastWrite.IsZero() {
 		if left := st.lastWrite.Add(lim.coalesce).Sub(in.now); left > 0 {
@@ -174,7 +186,7 @@ func (g *writeGate) decide(namespace string, in writeInputs, lim writeLimits) wr
 	var st namespaceState
 	if s := g.namespaces[namespace]; s != nil {
 		// Only what decideWrite reads, so that it runs without the lock.
-		st = namespaceState{lastWrite: s.lastWrite, dirtySince: s.dirtySince, expected: s.expected}
+		st = namespaceState{lastWrite: s.lastWrite, dirtySince: s.dirtySince, expected: s.expected, retryAt: s.retryAt}
 	}
 	g.mu.Unlock()
 	return decideWrite(st, in, lim)
@@ -220,6 +232,39 @@ func (g *writeGate) expect(namespace string, exp *expectation, ok bool) {
 	st.expected = exp
 	if ok {
 		st.conflictSince = time.Time{}
+	}
+}
+
+// failed records that writing namespace's reports failed at now: they are still to be written, after the
+// backoff of the failures in a row, which it returns.
+func (g *writeGate) failed(namespace string, now time.Time) time.Duration {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	st := g.state(namespace)
+	st.failures++
+	wait := writeBackoff(st.failures)
+	st.retryAt = now.Add(wait)
+	if st.dirtySince.IsZero() {
+		st.dirtySince = now
+	}
+	return wait
+}
+
+// succeeded records that writing namespace's reports succeeded: the next failure backs off from the start.
+func (g *writeGate) succeeded(namespace string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if st := g.namespaces[namespace]; st != nil {
+		st.failures, st.retryAt = 0, time.Time{}
+	}
+}
+
+// clearBackoff lets every namespace whose writes failed be written at once: the API server is back.
+func (g *writeGate) clearBackoff() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for _, st := range g.namespaces {
+		st.retryAt = time.Time{}
 	}
 }
 

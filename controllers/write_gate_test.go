@@ -38,6 +38,13 @@ func TestDecideWrite(t *testing.T) {
 			st:         state{lastWrite: ago(100 * time.Millisecond), dirtySince: ago(time.Second), expected: wroteA("5", time.Second)},
 			notAudited: true, rescanning: true, wantWait: waitFirstAudit, wantEventOnly: true},
 
+		// Failed writes back off.
+		{name: "failed writes, backoff running", st: state{dirtySince: ago(3 * time.Second), retryAt: now.Add(4 * time.Second)},
+			wantWait: waitBackoff, wantAfter: 4 * time.Second},
+		{name: "failed writes, backoff over", st: state{dirtySince: ago(3 * time.Second), retryAt: now}, wantWait: writeNow},
+		{name: "failed writes, backoff before the first audit", st: state{retryAt: now.Add(time.Second)}, notAudited: true,
+			wantWait: waitFirstAudit, wantEventOnly: true},
+
 		// Nothing holds the write.
 		{name: "never written", st: state{dirtySince: now}, wantWait: writeNow},
 		{name: "nothing kept", wantWait: writeNow},

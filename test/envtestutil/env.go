@@ -29,12 +29,20 @@ type Env struct {
 // Start starts kube-apiserver and etcd from KUBEBUILDER_ASSETS (see hack/setup-envtest.sh) and installs the
 // report CRDs.
 func Start() (*Env, error) {
+	return StartWith(nil)
+}
+
+// StartWith is Start with the environment changed by configure, when set, before it starts.
+func StartWith(configure func(*envtest.Environment)) (*Env, error) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run the tests with 'make test' (hack/setup-envtest.sh builds the control plane)")
 	}
 	te := &envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
 		ErrorIfCRDPathMissing: true,
+	}
+	if configure != nil {
+		configure(te)
 	}
 	cfg, err := te.Start()
 	if err != nil {

@@ -2,6 +2,7 @@ package envtestutil
 
 import (
 	"net/http"
+	"net/url"
 	"sync"
 	"time"
 
@@ -15,6 +16,8 @@ type Request struct {
 	Namespace string // "" for cluster-scoped requests
 	// Name is the object's: "" for a create (whose name is in its body) and for collections.
 	Name string
+	// Query holds the request's query parameters: limit, continue, resourceVersion, watch, ...
+	Query url.Values
 	// Sent is when the request left for the API server, after Hold; Answered when its answer came back.
 	Sent, Answered time.Time
 	// Status is the HTTP status of the answer, 0 when none came.
@@ -39,7 +42,8 @@ func (l *RequestLog) Wrap(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			r := Request{Verb: verbOf(req), Resource: resourceOf(req.URL.Path), Namespace: namespaceOf(req.URL.Path), Name: nameOf(req.URL.Path)}
+			r := Request{Verb: verbOf(req), Resource: resourceOf(req.URL.Path), Namespace: namespaceOf(req.URL.Path), Name: nameOf(req.URL.Path),
+				Query: req.URL.Query()}
 			if l.Hold != nil {
 				if d := l.Hold(r); d > 0 {
 					select {
