@@ -152,4 +152,3 @@ func expectMessages(t *testing.T, env *envtestutil.Env, ns string, want ...strin
 		return nil
 	})
 }
-
