@@ -361,6 +361,9 @@ func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runti
 	if err := p.withheld[gvk]; err != nil {
 		return nil, err
 	}
+	if err := p.ParamsFailing(gvk, namespace); err != nil {
+		return nil, err
+	}
 	key := name
 	if namespace != "" {
 		key = namespace + "/" + name
@@ -381,6 +384,9 @@ func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runti
 // List implements vap.ParamSource.
 func (p *Params) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
 	if err := p.withheld[gvk]; err != nil {
+		return nil, err
+	}
+	if err := p.ParamsFailing(gvk, namespace); err != nil {
 		return nil, err
 	}
 	if selector == nil {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -54,6 +56,27 @@ func TestChartIdentityRestrictedParams(t *testing.T) {
 	expectMessages(t, env, paramsNS,
 		"error "+limitPolicy+" few: "+cause,
 		"error "+limitPolicy+" many: "+cause)
+
+	// Told where users look, once: on the binding.
+	envtestutil.Eventually(t, time.Minute, func() error {
+		var events eventsv1.EventList
+		if err := env.Client.List(context.Background(), &events); err != nil {
+			return err
+		}
+		var notes []string
+		for _, e := range events.Items {
+			if e.Regarding.Kind == "ValidatingAdmissionPolicyBinding" && e.Regarding.Name == limitPolicy &&
+				e.Type == corev1.EventTypeWarning && e.Reason == controllers.ReasonParamsNotRead {
+				notes = append(notes, e.Note)
+			}
+		}
+		want := []string{"Params cannot be read: " + strings.TrimPrefix(cause, "params not read: ") +
+			". Every object the binding matches gets an error result until they can"}
+		if !slices.Equal(notes, want) {
+			return fmt.Errorf("Warning Events %s about binding %s:\n got %q\nwant %q", controllers.ReasonParamsNotRead, limitPolicy, notes, want)
+		}
+		return nil
+	})
 
 	grant := &rbacv1.ClusterRole{
 		ObjectMeta: metav1.ObjectMeta{Name: "example-org-celaudit-read", Labels: map[string]string{controllers.ReaderAggregationLabel: "true"}},
