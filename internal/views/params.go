@@ -297,8 +297,20 @@ func (p *Params) startLocked(q paramQuery) (*paramInformer, error) {
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
 	pi := &paramInformer{informer: inf, stop: cancel, users: map[audit.PolicyKey]bool{}, denied: make(chan struct{})}
-	if err := inf.SetWatchErrorHandlerWithContext(func(ctx context.Context, r *toolscache.Reflector, err error) {
-		if !apierrors.IsForbidden(err) || inf.HasSynced() {
+	if err := inf.SetWatchErrorHandlerWithContext(p.watchErrors(q.gvk, res.Resource.GroupResource(), pi)); err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching param kind %s: %w", q.gvk, err)
+	}
+	go inf.RunWithContext(ctx)
+	return pi, nil
+}
+
+// watchErrors handles the LIST and WATCH errors of pi, an informer on params of gvk (resource gr): until it
+// has synced, a forbidden one is recorded as pi's error for its readers, and pi's policies are rescanned once
+// it syncs. Other errors, and errors after it synced (its objects are still served), are logged as usual.
+func (p *Params) watchErrors(gvk schema.GroupVersionKind, gr schema.GroupResource, pi *paramInformer) toolscache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *toolscache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) || pi.informer.HasSynced() {
 			toolscache.DefaultWatchErrorHandler(ctx, r, err)
 			return
 		}
@@ -306,17 +318,12 @@ func (p *Params) startLocked(q paramQuery) (*paramInformer, error) {
 		if errors.As(err, &status) {
 			err = status
 		}
-		pi.forbidden.Store(&forbiddenParams{resource: res.Resource.GroupResource(), grant: p.ForbiddenHint, err: err})
+		pi.forbidden.Store(&forbiddenParams{resource: gr, grant: p.ForbiddenHint, err: err})
 		pi.deniedOnce.Do(func() {
 			close(pi.denied)
-			go p.rescanWhenSynced(ctx, q.gvk, pi)
+			go p.rescanWhenSynced(ctx, gvk, pi)
 		})
-	}); err != nil {
-		cancel()
-		return nil, fmt.Errorf("watching param kind %s: %w", q.gvk, err)
 	}
-	go inf.RunWithContext(ctx)
-	return pi, nil
 }
 
 // rescanWhenSynced waits until the informer of a forbidden LIST syncs (celaudit was granted read access),
