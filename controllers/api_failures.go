@@ -5,13 +5,16 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 )
 
 // failureCause is why a write to the API server failed, as far as what follows is concerned: each cause is
@@ -196,15 +199,53 @@ func (f *apiFailures) waitReachable(ctx context.Context) {
 // them: such a failure is logged once per cause by Failures and retried after a backoff per request that
 // grows with each failure in a row (see writeBackoff), instead of being returned, which logs it on every
 // retry. Other errors are returned as they are. A reconcile that succeeds resets its request's backoff and
-// ends the causes.
+// ends the causes. When the causes end (the API server answers again, or any write succeeds), the requests
+// waiting for their backoff are enqueued at once with their backoff reset, as report writes are: an API
+// server that was down for a minute must not leave a policy waiting 30 s more.
 type backingOff struct {
 	reconcile.TypedReconciler[reconcile.Request]
 	Failures *apiFailures
 	// What names the writes in the log, e.g. "AuditPolicy status".
 	What string
 
+	// queue is the controller's work queue, once it started (see Source).
+	queue    atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 	mu       sync.Mutex
 	failures map[reconcile.Request]int // failed reconciles in a row, by request
+}
+
+// newBackingOff wraps r, retrying its requests at once when failures end. Source must be watched by r's
+// controller.
+func newBackingOff(r reconcile.Reconciler, failures *apiFailures, what string) *backingOff {
+	b := &backingOff{TypedReconciler: r, Failures: failures, What: what}
+	failures.OnRecovered(b.retryNow)
+	return b
+}
+
+// Source is a source of no events that hands b its controller's queue, into which retryNow enqueues.
+func (b *backingOff) Source() source.Source {
+	return source.Func(func(_ context.Context, q workqueue.TypedRateLimitingInterface[reconcile.Request]) error {
+		b.queue.Store(&q)
+		return nil
+	})
+}
+
+// retryNow enqueues every request waiting for its backoff and resets its backoff. It does not block.
+func (b *backingOff) retryNow() {
+	q := b.queue.Load()
+	if q == nil {
+		return
+	}
+	b.mu.Lock()
+	waiting := make([]reconcile.Request, 0, len(b.failures))
+	for req := range b.failures {
+		waiting = append(waiting, req)
+	}
+	clear(b.failures)
+	b.mu.Unlock()
+	for _, req := range waiting {
+		(*q).Add(req)
+	}
 }
 
 var _ reconcile.Reconciler = &backingOff{}

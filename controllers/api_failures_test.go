@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/workqueue"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
@@ -173,5 +174,45 @@ func TestBackingOff(t *testing.T) {
 		if res.RequeueAfter != want.after || !errors.Is(err, want.err) || (want.err == nil && err != nil) {
 			t.Errorf("reconcile %d = %+v, %v; want RequeueAfter %s, error %v", i+1, res, err, want.after, want.err)
 		}
+	}
+}
+
+// When the API server answers again, the requests waiting for their backoff are enqueued at once, and their
+// backoff starts again from its first step; requests that did not fail are not enqueued.
+func TestBackingOffRetriesAtOnceOnRecovery(t *testing.T) {
+	refused := fmt.Errorf("updating status: %w", syscall.ECONNREFUSED)
+	failures := newAPIFailures(funcr.New(func(_, _ string) {}, funcr.Options{}), nil)
+	inner := &stepReconciler{errs: []error{refused, refused, refused, refused, refused}}
+	b := newBackingOff(inner, failures, "AuditPolicies")
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[reconcile.Request]())
+	defer q.ShutDown()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := b.Source().Start(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	req := reconcile.Request{NamespacedName: types.NamespacedName{Name: "p"}}
+	for range 4 {
+		if _, err := b.Reconcile(ctx, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q.Len() != 0 {
+		t.Fatalf("%d requests queued while the API server is unreachable, want none", q.Len())
+	}
+
+	failures.Succeeded() // the API server answers again
+
+	if q.Len() != 1 {
+		t.Fatalf("%d requests queued once the API server answers again, want 1 (p)", q.Len())
+	}
+	got, _ := q.Get()
+	q.Done(got)
+	if got != req {
+		t.Errorf("queued %v, want %v", got, req)
+	}
+	res, err := b.Reconcile(ctx, req)
+	if err != nil || res.RequeueAfter != time.Second {
+		t.Errorf("the first failure after the recovery = %+v, %v; want RequeueAfter 1s", res, err)
 	}
 }

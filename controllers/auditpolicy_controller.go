@@ -578,6 +578,7 @@ func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(
 	})); err != nil {
 		return fmt.Errorf("adding AuditPolicy start-up listing: %w", err)
 	}
+	bo := newBackingOff(r, r.Failures, "AuditPolicies")
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&v1alpha1.AuditPolicy{}, builder.WithPredicates(predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.AnnotationChangedPredicate{}, deletionStarted()))).
 		Named("auditpolicy").
@@ -587,9 +588,10 @@ func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(
 			r.queue.Store(&q)
 			go r.enqueueAllOnRebind(ctx, q)
 			return nil
-		}))
+		})).
+		WatchesRawSource(bo.Source())
 	for _, o := range opts {
 		b = o(b)
 	}
-	return b.Complete(&backingOff{TypedReconciler: r, Failures: r.Failures, What: "AuditPolicies"})
+	return b.Complete(bo)
 }

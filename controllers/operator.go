@@ -432,6 +432,8 @@ func setupVAPs(cfg *rest.Config, mgr ctrl.Manager, o Options, registry policyReg
 		AuditPolicies: auditPolicies,
 	}
 	r.Params = views.NewParams(dyn, func() vap.ResourceResolver { return disc.Snapshot() }, r.paramsChanged, o.withheldParams())
+	// A forbidden param informer retries with client-go's backoff, not celaudit's read backoff: no bound.
+	r.Params.ForbiddenHint = forbiddenHint(0)
 	if err := mgr.Add(r.Params); err != nil {
 		return nil, fmt.Errorf("adding param source: %w", err)
 	}

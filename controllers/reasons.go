@@ -28,7 +28,8 @@ const (
 	// AuditPolicy, finds no param object (parameterNotFoundAction Deny), or its policy's paramKind is not served.
 	ReasonParamsNotFound = "ParamsNotFound"
 	// ReasonParamsNotRead (Warning): the params of a ValidatingAdmissionPolicy or an AuditPolicy are of a kind
-	// celaudit does not read (Secrets, without --audit-secrets) and a binding has a paramRef.
+	// celaudit does not read (Secrets, without --audit-secrets) and a binding has a paramRef, or the paramRef
+	// of a binding reads params celaudit may not list and watch (its RBAC does not grant them).
 	ReasonParamsNotRead = "ParamsNotRead"
 
 	// ReasonResourceUnreadable (Warning) and ReasonResourceReadable (Normal): a resource a CRD,

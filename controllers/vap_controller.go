@@ -341,6 +341,10 @@ func (r *vapReconciler) paramsChanged(gvk schema.GroupVersionKind, objs ...metav
 		if !slices.Contains(st.paramKinds, gvk) {
 			continue
 		}
+		if len(objs) == 0 { // the params of gvk can be read now
+			r.Registry.Rescan(key, "")
+			continue
+		}
 		namespaces := map[string]bool{}
 		for _, o := range objs {
 			all, nss := st.policy.ParamScope(o)

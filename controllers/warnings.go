@@ -149,6 +149,11 @@ func paramProblem(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding, p
 	if err != nil {
 		return ReasonParamsNotFound, fmt.Sprintf("The policy's paramKind %s is not served, so every object the binding matches gets an error result", kind)
 	}
+	if failer, ok := params.(vap.ParamFailer); ok {
+		if err := failer.ParamsFailing(*paramKind, ref.Namespace); err != nil {
+			return ReasonParamsNotRead, fmt.Sprintf("Params cannot be read: %v. Every object the binding matches gets an error result until they can", err)
+		}
+	}
 	if ref.ParameterNotFoundAction != nil && *ref.ParameterNotFoundAction == admissionregistrationv1.AllowAction {
 		return "", ""
 	}

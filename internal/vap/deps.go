@@ -36,6 +36,16 @@ type ParamWithholder interface {
 	ParamsWithheld(gvk schema.GroupVersionKind) error
 }
 
+// ParamFailer is implemented by a ParamSource that may fail to read params of a kind for a while (celaudit
+// may not be allowed to list them). A binding whose paramRef reads such params is not evaluated: each object
+// it matches gets an error result with the reason instead, whatever its parameterNotFoundAction, as for a
+// ParamWithholder; the source has the policy audited again once it can read them.
+type ParamFailer interface {
+	// ParamsFailing returns why params of kind gvk, in namespace ("" for a cluster-scoped kind), cannot be
+	// read now, nil when they can.
+	ParamsFailing(gvk schema.GroupVersionKind, namespace string) error
+}
+
 // APIResource is one served top-level resource.
 type APIResource struct {
 	Resource   schema.GroupVersionResource

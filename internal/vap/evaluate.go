@@ -182,6 +182,9 @@ func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, 
 		// Not read, so neither found nor missing: the binding cannot be evaluated, and says why.
 		return []audit.Result{e.result(RuleConfiguration, audit.Error, "params not read: "+e.p.paramsWithheld.Error(), e.errorProps(base))}, false
 	}
+	if err := e.paramsFailing(b.binding.Spec.ParamRef, match.attrs.GetNamespace()); err != nil {
+		return []audit.Result{e.result(RuleConfiguration, audit.Error, "params not read: "+err.Error(), e.errorProps(base))}, false
+	}
 	params, err := generic.CollectParams(c.policy.Spec.ParamKind, paramInformer{source: e.p.deps.Params, gvk: c.paramKindOrZero()},
 		e.p.paramScope, b.binding.Spec.ParamRef, match.attrs.GetNamespace(), nil, nil)
 	if err != nil {
@@ -561,4 +564,22 @@ func sortParams(params []runtime.Object) {
 	slices.SortStableFunc(params, func(a, b runtime.Object) int {
 		return strings.Compare(paramName(a), paramName(b))
 	})
+}
+
+// paramsFailing returns why the params ref reads, for an object of namespace, cannot be read now (see
+// ParamFailer), nil when they can or the binding reads none.
+func (e *evaluation) paramsFailing(ref *admissionregistrationv1.ParamRef, namespace string) error {
+	c := e.p.compiled
+	failer, ok := e.p.deps.Params.(ParamFailer)
+	if !ok || ref == nil || c.paramKind == nil || e.p.paramScope == nil {
+		return nil
+	}
+	ns := ""
+	if e.p.paramScope.Name() == meta.RESTScopeNameNamespace {
+		ns = ref.Namespace
+		if ns == "" {
+			ns = namespace
+		}
+	}
+	return failer.ParamsFailing(*c.paramKind, ns)
 }

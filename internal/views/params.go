@@ -2,11 +2,14 @@ package views
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
@@ -38,11 +41,43 @@ type paramInformer struct {
 	informer toolscache.SharedIndexInformer
 	stop     context.CancelFunc
 	users    map[audit.PolicyKey]bool // policies reading through this query
+
+	// forbidden is why the informer cannot fill, while its LIST is forbidden: set by its watch error handler
+	// until it syncs. denied is closed at the first such error, so that Track stops waiting for it.
+	forbidden  atomic.Pointer[forbiddenParams]
+	denied     chan struct{}
+	deniedOnce sync.Once
 }
+
+// forbiddenParams is the error of params celaudit may not read: it names the resource and the missing
+// permission, and says how to grant them, as the error result of an audited resource does.
+type forbiddenParams struct {
+	resource schema.GroupResource
+	grant    string // Params.ForbiddenHint
+	err      error
+}
+
+func (e *forbiddenParams) Error() string {
+	group := fmt.Sprintf("API group %q", e.resource.Group)
+	if e.resource.Group == "" {
+		group = `the core API group ("")`
+	}
+	msg := fmt.Sprintf("forbidden: missing permission to list and watch %q in %s, the resource of the paramKind", e.resource.Resource, group)
+	if e.grant != "" {
+		msg += "; " + e.grant
+	}
+	return msg + " (" + e.err.Error() + ")"
+}
+
+func (e *forbiddenParams) Unwrap() error { return e.err }
 
 // Params serves ValidatingAdmissionPolicy param objects from informers on exactly what bindings reference,
 // and reports changes to them so that the policies reading them are audited again.
 type Params struct {
+	// ForbiddenHint, when set, says in the error of params celaudit may not read how to grant read access to
+	// them (see scan.Options.ForbiddenHint). Set it before Start.
+	ForbiddenHint string
+
 	client   dynamic.Interface
 	resolver func() vap.ResourceResolver
 	onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object)
@@ -59,10 +94,12 @@ type Params struct {
 var (
 	_ vap.ParamSource     = &Params{}
 	_ vap.ParamWithholder = &Params{}
+	_ vap.ParamFailer     = &Params{}
 )
 
 // NewParams returns a param source reading through client; resolver maps param kinds to resources;
-// onChange is called after a param object is added, changed (with its old and new versions) or deleted.
+// onChange is called after a param object is added, changed (with its old and new versions) or deleted, and
+// with no object when every policy reading params of the kind is to be audited again (they can be read now).
 // Params of the kinds in withheld are never read, not even listed: the policies reading them get the error
 // held for their kind instead (see vap.ParamWithholder).
 func NewParams(client dynamic.Interface, resolver func() vap.ResourceResolver, onChange func(gvk schema.GroupVersionKind, objs ...metav1.Object),
@@ -150,11 +187,37 @@ func (p *Params) Track(ctx context.Context, policy audit.PolicyKey, gvk *schema.
 	syncCtx, cancel := context.WithTimeout(ctx, paramSyncTimeout)
 	defer cancel()
 	for _, inf := range started {
-		if !toolscache.WaitForCacheSync(syncCtx.Done(), inf.informer.HasSynced) {
+		if !waitSyncedOrDenied(syncCtx, inf) {
 			return fmt.Errorf("param informer for %s did not sync", policy)
 		}
 	}
 	return nil
+}
+
+// waitSyncedOrDenied waits until inf has synced or its LIST is forbidden, and reports whether either
+// happened before ctx ended. A forbidden informer keeps retrying with backoff; its readers get the error
+// meanwhile (see ParamsFailing), and its policies are rescanned once it syncs.
+func waitSyncedOrDenied(ctx context.Context, inf *paramInformer) bool {
+	stop := make(chan struct{})
+	defer close(stop)
+	waitCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-inf.denied:
+			cancel()
+		case <-stop:
+		}
+	}()
+	if toolscache.WaitForCacheSync(waitCtx.Done(), inf.informer.HasSynced) {
+		return true
+	}
+	select {
+	case <-inf.denied:
+		return true
+	default:
+		return false
+	}
 }
 
 // queryFor returns the query that serves ref, as the apiserver resolves paramRefs: by name or selector, in
@@ -233,8 +296,45 @@ func (p *Params) startLocked(q paramQuery) (*paramInformer, error) {
 		return nil, fmt.Errorf("watching param kind %s: %w", q.gvk, err)
 	}
 	ctx, cancel := context.WithCancel(p.ctx)
+	pi := &paramInformer{informer: inf, stop: cancel, users: map[audit.PolicyKey]bool{}, denied: make(chan struct{})}
+	if err := inf.SetWatchErrorHandlerWithContext(p.watchErrors(q.gvk, res.Resource.GroupResource(), pi)); err != nil {
+		cancel()
+		return nil, fmt.Errorf("watching param kind %s: %w", q.gvk, err)
+	}
 	go inf.RunWithContext(ctx)
-	return &paramInformer{informer: inf, stop: cancel, users: map[audit.PolicyKey]bool{}}, nil
+	return pi, nil
+}
+
+// watchErrors handles the LIST and WATCH errors of pi, an informer on params of gvk (resource gr): until it
+// has synced, a forbidden one is recorded as pi's error for its readers, and pi's policies are rescanned once
+// it syncs. Other errors, and errors after it synced (its objects are still served), are logged as usual.
+func (p *Params) watchErrors(gvk schema.GroupVersionKind, gr schema.GroupResource, pi *paramInformer) toolscache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *toolscache.Reflector, err error) {
+		if !apierrors.IsForbidden(err) || pi.informer.HasSynced() {
+			toolscache.DefaultWatchErrorHandler(ctx, r, err)
+			return
+		}
+		var status *apierrors.StatusError // the API server's answer, without the reflector's wrapping
+		if errors.As(err, &status) {
+			err = status
+		}
+		pi.forbidden.Store(&forbiddenParams{resource: gr, grant: p.ForbiddenHint, err: err})
+		pi.deniedOnce.Do(func() {
+			close(pi.denied)
+			go p.rescanWhenSynced(ctx, gvk, pi)
+		})
+	}
+}
+
+// rescanWhenSynced waits until the informer of a forbidden LIST syncs (celaudit was granted read access),
+// then clears its error and has the policies reading params of gvk audited again: the objects of its first
+// LIST are no change of a param, so nothing else would.
+func (p *Params) rescanWhenSynced(ctx context.Context, gvk schema.GroupVersionKind, pi *paramInformer) {
+	if !toolscache.WaitForCacheSync(ctx.Done(), pi.informer.HasSynced) {
+		return
+	}
+	pi.forbidden.Store(nil)
+	p.onChange(gvk)
 }
 
 func stripManagedFields(o any) (any, error) {
@@ -247,9 +347,28 @@ func stripManagedFields(o any) (any, error) {
 // ParamsWithheld implements vap.ParamWithholder.
 func (p *Params) ParamsWithheld(gvk schema.GroupVersionKind) error { return p.withheld[gvk] }
 
+// ParamsFailing implements vap.ParamFailer: the error of a forbidden informer on params of gvk that could
+// serve namespace ("" for a cluster-scoped kind).
+func (p *Params) ParamsFailing(gvk schema.GroupVersionKind, namespace string) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	for q, inf := range p.informers {
+		if q.gvk != gvk || (q.namespace != "" && q.namespace != namespace) {
+			continue
+		}
+		if err := inf.forbidden.Load(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Get implements vap.ParamSource.
 func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
 	if err := p.withheld[gvk]; err != nil {
+		return nil, err
+	}
+	if err := p.ParamsFailing(gvk, namespace); err != nil {
 		return nil, err
 	}
 	key := name
@@ -272,6 +391,9 @@ func (p *Params) Get(gvk schema.GroupVersionKind, namespace, name string) (runti
 // List implements vap.ParamSource.
 func (p *Params) List(gvk schema.GroupVersionKind, namespace string, selector labels.Selector) ([]runtime.Object, error) {
 	if err := p.withheld[gvk]; err != nil {
+		return nil, err
+	}
+	if err := p.ParamsFailing(gvk, namespace); err != nil {
 		return nil, err
 	}
 	if selector == nil {
