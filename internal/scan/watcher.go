@@ -497,7 +497,7 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 // when it changes, not on every retry.
 func (w *watcher) setReadError(err error) {
 	if apierrors.IsForbidden(err) {
-		err = &forbiddenError{gvr: w.gvr, grant: w.scanner.opts.ForbiddenHint, err: err}
+		err = &audit.ForbiddenRead{Resource: w.gvr.GroupResource(), Grant: w.scanner.opts.ForbiddenHint, Err: err}
 	}
 	msg := ""
 	if err != nil {
@@ -537,30 +537,6 @@ func (w *watcher) setReadError(err error) {
 		f(w.gvr, keys, err)
 	}
 }
-
-// forbiddenError is a read refused by the API server's authorization. Its message names what is missing in
-// the terms of an RBAC rule (verbs, API group, resource) and how to grant it, ahead of the API server's own
-// message, which names the user: whoever reads the error result or the Event can fix it without looking up
-// what celaudit needs.
-type forbiddenError struct {
-	gvr   schema.GroupVersionResource
-	grant string // Options.ForbiddenHint
-	err   error
-}
-
-func (e *forbiddenError) Error() string {
-	group := fmt.Sprintf("API group %q", e.gvr.Group)
-	if e.gvr.Group == "" {
-		group = `the core API group ("")`
-	}
-	msg := fmt.Sprintf("forbidden: missing permission to list and watch %q in %s", e.gvr.Resource, group)
-	if e.grant != "" {
-		msg += "; " + e.grant
-	}
-	return msg + " (" + e.err.Error() + ")"
-}
-
-func (e *forbiddenError) Unwrap() error { return e.err }
 
 // resourceResult is the result of policy p about resource gvr (of the given kind, "" if unknown) as a whole,
 // msg saying why: an error for a resource that cannot be read, a skip for one that is withheld (see

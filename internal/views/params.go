@@ -44,32 +44,10 @@ type paramInformer struct {
 
 	// forbidden is why the informer cannot fill, while its LIST is forbidden: set by its watch error handler
 	// until it syncs. denied is closed at the first such error, so that Track stops waiting for it.
-	forbidden  atomic.Pointer[forbiddenParams]
+	forbidden  atomic.Pointer[audit.ForbiddenRead]
 	denied     chan struct{}
 	deniedOnce sync.Once
 }
-
-// forbiddenParams is the error of params celaudit may not read: it names the resource and the missing
-// permission, and says how to grant them, as the error result of an audited resource does.
-type forbiddenParams struct {
-	resource schema.GroupResource
-	grant    string // Params.ForbiddenHint
-	err      error
-}
-
-func (e *forbiddenParams) Error() string {
-	group := fmt.Sprintf("API group %q", e.resource.Group)
-	if e.resource.Group == "" {
-		group = `the core API group ("")`
-	}
-	msg := fmt.Sprintf("forbidden: missing permission to list and watch %q in %s, the resource of the paramKind", e.resource.Resource, group)
-	if e.grant != "" {
-		msg += "; " + e.grant
-	}
-	return msg + " (" + e.err.Error() + ")"
-}
-
-func (e *forbiddenParams) Unwrap() error { return e.err }
 
 // Params serves ValidatingAdmissionPolicy param objects from informers on exactly what bindings reference,
 // and reports changes to them so that the policies reading them are audited again.
@@ -318,7 +296,7 @@ func (p *Params) watchErrors(gvk schema.GroupVersionKind, gr schema.GroupResourc
 		if errors.As(err, &status) {
 			err = status
 		}
-		pi.forbidden.Store(&forbiddenParams{resource: gr, grant: p.ForbiddenHint, err: err})
+		pi.forbidden.Store(&audit.ForbiddenRead{Resource: gr, Role: "the resource of the paramKind", Grant: p.ForbiddenHint, Err: err})
 		pi.deniedOnce.Do(func() {
 			close(pi.denied)
 			go p.rescanWhenSynced(ctx, gvk, pi)
