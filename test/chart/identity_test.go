@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -152,23 +153,7 @@ func TestChartIdentityRestricted(t *testing.T) {
 func seedAudited(t *testing.T, env *envtestutil.Env) {
 	t.Helper()
 	ctx := context.Background()
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: widgetCRD},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: widgetGroup,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "widgets", Singular: "widget", Kind: "Widget", ListKind: "WidgetList"},
-			Scope: apiextensionsv1.NamespaceScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextensionsv1.JSONSchemaProps{
-						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"replicas": {Type: "integer"}}},
-					},
-				}},
-			}},
-		},
-	}
+	crd := intFieldCRD(widgetCRD, widgetGroup, "Widget", apiextensionsv1.NamespaceScoped, "replicas")
 	must(t, env.Client.Create(ctx, crd))
 	must(t, envtestutil.WaitEstablished(ctx, env.Client, widgetCRD))
 	must(t, env.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: auditNS}}))
@@ -309,4 +294,27 @@ func mayListSecrets(t *testing.T, env *envtestutil.Env, id envtestutil.Identity)
 	}}
 	must(t, env.Client.Create(context.Background(), review))
 	return review.Status.Allowed
+}
+
+// intFieldCRD is a CRD named name ("<plural>.<group>") of kind, served and stored as v1, whose spec has one
+// integer field.
+func intFieldCRD(name, group, kind string, scope apiextensionsv1.ResourceScope, field string) *apiextensionsv1.CustomResourceDefinition {
+	plural, singular := strings.ToLower(kind)+"s", strings.ToLower(kind)
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: plural, Singular: singular, Kind: kind, ListKind: kind + "List"},
+			Scope: scope,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{field: {Type: "integer"}}},
+					},
+				}},
+			}},
+		},
+	}
 }

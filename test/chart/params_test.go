@@ -91,23 +91,7 @@ func TestChartIdentityRestrictedParams(t *testing.T) {
 func seedLimitedConfigMaps(t *testing.T, env *envtestutil.Env) {
 	t.Helper()
 	ctx := context.Background()
-	crd := &apiextensionsv1.CustomResourceDefinition{
-		ObjectMeta: metav1.ObjectMeta{Name: limitCRD},
-		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-			Group: limitGroup,
-			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "limits", Singular: "limit", Kind: "Limit", ListKind: "LimitList"},
-			Scope: apiextensionsv1.ClusterScoped,
-			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-				Name: "v1", Served: true, Storage: true,
-				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-					Type: "object",
-					Properties: map[string]apiextensionsv1.JSONSchemaProps{
-						"spec": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{"maxKeys": {Type: "integer"}}},
-					},
-				}},
-			}},
-		},
-	}
+	crd := intFieldCRD(limitCRD, limitGroup, "Limit", apiextensionsv1.ClusterScoped, "maxKeys")
 	must(t, env.Client.Create(ctx, crd))
 	must(t, envtestutil.WaitEstablished(ctx, env.Client, limitCRD))
 	must(t, envtestutil.Apply(ctx, env.Client, &unstructured.Unstructured{Object: map[string]any{
