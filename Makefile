@@ -7,7 +7,9 @@ CONTROLLER_TOOLS_VERSION ?= v0.23.0
 GOLANGCI_LINT_VERSION ?= v2.15.0
 CONTROLLER_GEN ?= $(LOCALBIN)/controller-gen-$(CONTROLLER_TOOLS_VERSION)
 GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
-GO_TEST_FLAGS ?= -count=1
+# The controllers envtest suite takes 4-7 minutes on two cores: go test's default 10-minute limit per package is
+# too close to it.
+GO_TEST_FLAGS ?= -count=1 -timeout=25m
 BENCH_OBJECTS ?= 10000
 BENCH_AUDIT_POLICIES ?= 0
 DEMO_ARGS ?=
