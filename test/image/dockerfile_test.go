@@ -7,7 +7,9 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"testing"
 )
 
 // instruction is one Dockerfile instruction, its continuation lines joined.
@@ -151,11 +153,17 @@ func (d *dockerfile) add(line int, text string) error {
 	return nil
 }
 
-// dockerignore holds the patterns of a .dockerignore file.
-type dockerignore []string
+// dockerignore holds the rules of a .dockerignore file, in order: as in Docker, the last rule that matches a
+// path (or one of its parent directories) decides, and a rule starting with "!" keeps what earlier ones left out.
+type dockerignore []ignoreRule
 
-// readDockerignore reads the patterns of .dockerignore in dir; none when it is absent. Exceptions (!) and **
-// are refused: excludes does not implement them.
+// ignoreRule is one line of a .dockerignore file.
+type ignoreRule struct {
+	keep    bool           // an exception ("!pattern")
+	pattern *regexp.Regexp // the pattern, anchored, over slash-separated paths relative to the context
+}
+
+// readDockerignore reads the rules of .dockerignore in dir; none when it is absent.
 func readDockerignore(dir string) (dockerignore, error) {
 	data, err := os.ReadFile(filepath.Join(dir, ".dockerignore"))
 	if os.IsNotExist(err) {
@@ -170,23 +178,97 @@ func readDockerignore(dir string) (dockerignore, error) {
 		if p == "" || strings.HasPrefix(p, "#") {
 			continue
 		}
-		if strings.HasPrefix(p, "!") || strings.Contains(p, "**") {
-			return nil, fmt.Errorf(".dockerignore pattern %q: exceptions and ** are not implemented by this test", p)
+		rule := ignoreRule{keep: strings.HasPrefix(p, "!")}
+		p = strings.TrimPrefix(path.Clean(strings.TrimPrefix(p, "!")), "/")
+		if rule.pattern, err = ignorePattern(p); err != nil {
+			return nil, fmt.Errorf(".dockerignore pattern %q: %w", p, err)
 		}
-		out = append(out, strings.TrimPrefix(path.Clean(p), "/"))
+		out = append(out, rule)
 	}
 	return out, nil
 }
 
-// excludes reports whether the build context leaves out rel (slash-separated, relative to the context): a
-// pattern matches it or one of its parent directories, as in Docker.
+// ignorePattern translates a .dockerignore pattern into a regular expression with Docker's meaning: "*" and
+// "?" stay within one path element, "**" spans any number of them, [...] is a character class.
+func ignorePattern(p string) (*regexp.Regexp, error) {
+	var b strings.Builder
+	b.WriteString("^")
+	for i := 0; i < len(p); i++ {
+		switch c := p[i]; {
+		case strings.HasPrefix(p[i:], "**/"):
+			b.WriteString("(.*/)?")
+			i += 2
+		case strings.HasPrefix(p[i:], "**"):
+			b.WriteString(".*")
+			i++
+		case c == '*':
+			b.WriteString("[^/]*")
+		case c == '?':
+			b.WriteString("[^/]")
+		case c == '[':
+			end := strings.IndexByte(p[i:], ']')
+			if end < 0 {
+				return nil, fmt.Errorf("unterminated character class")
+			}
+			class := p[i+1 : i+end]
+			if strings.HasPrefix(class, "!") {
+				class = "^" + class[1:]
+			}
+			b.WriteString("[" + class + "]")
+			i += end
+		case c == '\\' && i+1 < len(p):
+			i++
+			b.WriteString(regexp.QuoteMeta(p[i : i+1]))
+		default:
+			b.WriteString(regexp.QuoteMeta(string(c)))
+		}
+	}
+	b.WriteString("$")
+	return regexp.Compile(b.String())
+}
+
+// excludes reports whether the build context leaves out rel (slash-separated, relative to the context).
 func (ig dockerignore) excludes(rel string) bool {
-	for p := rel; p != "." && p != "/" && p != ""; p = path.Dir(p) {
-		for _, pattern := range ig {
-			if ok, _ := path.Match(pattern, p); ok {
-				return true
+	excluded := false
+	for _, rule := range ig {
+		for p := rel; p != "." && p != "/" && p != ""; p = path.Dir(p) {
+			if rule.pattern.MatchString(p) {
+				excluded = !rule.keep
+				break
 			}
 		}
 	}
-	return false
+	return excluded
+}
+
+// TestDockerignore checks the .dockerignore rules against Docker's documented meaning, so that the replayed
+// build context leaves out what a real build's would, and no more.
+func TestDockerignore(t *testing.T) {
+	dir := t.TempDir()
+	rules := "# comment\n/bin\n*.md\n!README.md\ndocs/**/*.png\ntmp?\nbuild/[!k]*\n"
+	if err := os.WriteFile(filepath.Join(dir, ".dockerignore"), []byte(rules), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ig, err := readDockerignore(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rel, want := range map[string]bool{
+		"bin": true, "bin/manager": true, "cmd/bin": false,
+		"NOTES.md": true, "README.md": false, "docs/a.md": false, // *.md matches at the top only
+		"docs/x.png": true, "docs/a/b/x.png": true, "docs/x.jpg": false,
+		"tmp1": true, "tmp12": false, "tmp1/f": true,
+		"build/out": true, "build/keep": false,
+		"main.go": false,
+	} {
+		if got := ig.excludes(rel); got != want {
+			t.Errorf("excludes(%q) = %v, want %v", rel, got, want)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".dockerignore"), []byte("a[b\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readDockerignore(dir); err == nil || !strings.Contains(err.Error(), `"a[b"`) {
+		t.Errorf("an unterminated character class: %v, want an error naming the pattern", err)
+	}
 }
