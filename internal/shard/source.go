@@ -19,7 +19,7 @@ func Static(l Layout) Source { return static{l} }
 type static struct{ l Layout }
 
 func (s static) Layout() (Layout, bool) { return s.l, true }
-func (static) Subscribe(func(Layout))  {}
+func (static) Subscribe(func(Layout))   {}
 
 // Dynamic is a Source whose layout is set by its owner (the membership watch). The zero value knows no layout.
 type Dynamic struct {
