@@ -45,6 +45,10 @@ type config struct {
 	profile       string
 	auditPolicies int
 	statusTimeout time.Duration
+	// etcdSeed keeps the created objects' etcd data for later runs; seedOnly only creates it.
+	etcdSeed          string
+	seedOnly          bool
+	quotaBackendBytes int64
 }
 
 func main() {
@@ -68,6 +72,9 @@ func main() {
 	flag.StringVar(&c.profile, "profile", "", "Run the main measurement with a profiling build of celaudit (test/bench/profiled) and write the CPU profile of the first audit and a heap profile after it to this directory.")
 	flag.IntVar(&c.auditPolicies, "audit-policies", 0, "AuditPolicies (enforcement Audit) to create beside the ValidatingAdmissionPolicies: ten distinct ones, repeated under new names past ten. Their statuses are checked against the model.")
 	flag.DurationVar(&c.statusTimeout, "status-timeout", 2*time.Minute, "Give up waiting for the AuditPolicies' statuses to equal the model after this long.")
+	flag.StringVar(&c.etcdSeed, "etcd-seed", "", "Keep the etcd data of the created CRDs, namespaces, params and objects in this directory and reuse it: when it holds the same -objects and -namespaces, the run starts its control plane on a copy of it instead of creating them again.")
+	flag.BoolVar(&c.seedOnly, "seed-only", false, "Only create the -etcd-seed (if it does not exist yet) and exit.")
+	flag.Int64Var(&c.quotaBackendBytes, "quota-backend-bytes", 8<<30, "etcd's --quota-backend-bytes (its default, 2 GiB, holds about 700,000 of the benchmark's objects).")
 	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
@@ -82,6 +89,8 @@ func main() {
 		err = writeGoals(c)
 	case c.micro != "":
 		err = writeMicro(c)
+	case c.seedOnly:
+		err = seedOnly(c)
 	default:
 		err = measure(c)
 	}
@@ -145,6 +154,20 @@ func measure(c config) error {
 		return err
 	}
 	return runErr
+}
+
+// seedOnly creates the -etcd-seed of -objects objects, unless it exists.
+func seedOnly(c config) error {
+	if c.etcdSeed == "" {
+		return fmt.Errorf("-seed-only needs -etcd-seed")
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: set it to $(hack/setup-envtest.sh)")
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	_, err := ensureSeed(ctx, c, c.objects)
+	return err
 }
 
 // build builds the operator from the code of repo (named code) unless -build=false, and the profiling

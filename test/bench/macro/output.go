@@ -36,6 +36,11 @@ type Result struct {
 	ViolatingObjects int
 	Expected         counts
 	CreateSeconds    float64
+	// Seed is the -etcd-seed the run started on (its creation time is CreateSeconds); nil when the run
+	// created its objects.
+	Seed *Seed `json:",omitempty"`
+	// ControlPlaneStartSeconds is how long the control plane took to start (over a seed: to load it).
+	ControlPlaneStartSeconds float64
 
 	ListSeconds        float64
 	ListRuns           []float64
@@ -84,6 +89,8 @@ type Result struct {
 		Matched        bool
 	}
 	ReportsAfterFirstAudit, ReportsEnd struct{ Count, Bytes, Listed int }
+	// EtcdAfterFirstAudit and EtcdEnd are the reports' bytes in etcd and etcd's database size.
+	EtcdAfterFirstAudit, EtcdEnd *EtcdBytes `json:",omitempty"`
 
 	Errors []string
 }
@@ -323,6 +330,11 @@ func mdChanges(p printer, r *Result) {
 	p("| reports stored after the first audit / at the end: objects, JSON bytes, listed results | %d, %s B, %s / %d, %s B, %s |",
 		r.ReportsAfterFirstAudit.Count, thousands(r.ReportsAfterFirstAudit.Bytes), thousands(r.ReportsAfterFirstAudit.Listed),
 		r.ReportsEnd.Count, thousands(r.ReportsEnd.Bytes), thousands(r.ReportsEnd.Listed))
+	if r.EtcdAfterFirstAudit != nil && r.EtcdEnd != nil {
+		p("| reports in etcd (keys and values as stored) after the first audit / at the end: keys, bytes; etcd database size (in use) | %d, %s B / %d, %s B; %s (%s) |",
+			r.EtcdAfterFirstAudit.ReportKeys, thousands(int(r.EtcdAfterFirstAudit.ReportBytes)), r.EtcdEnd.ReportKeys, thousands(int(r.EtcdEnd.ReportBytes)),
+			mib(r.EtcdEnd.DBSize), mib(r.EtcdEnd.DBSizeInUse))
+	}
 	p("| operator CPU, whole run | %s |", secs(r.TotalCPUSeconds))
 }
 
