@@ -5,12 +5,16 @@
 #   macro: go run ./test/bench/macro on a real kube-apiserver and etcd (KUBEBUILDER_ASSETS), celaudit as a
 #          separate process, for each object count
 #
-# Usage: make bench [BENCH_OBJECTS=10000|100000|all] [BENCH_AUDIT_POLICIES="0 10"]   (make sets KUBEBUILDER_ASSETS)
+# Usage: make bench [BENCH_OBJECTS=10000|100000|500000|all] [BENCH_AUDIT_POLICIES="0 10"]   (make sets KUBEBUILDER_ASSETS)
 # Env:   BENCH_OBJECTS  objects of the macro run (default 10000; "all" runs 10000 and 100000; "none" runs no
 #                       macro benchmark and only rebuilds BENCHMARKS.md from the recorded results)
 #        BENCH_AUDIT_POLICIES  AuditPolicies (in Audit) the macro run creates beside the ValidatingAdmissionPolicies
 #                       (default 0; "0 10" runs each size without and with ten, one after the other)
 #        BENCH_IDLE     idle window in which requests are counted (default 5m)
+#        BENCH_NAMESPACES  namespaces the objects are spread over (default 100; the 500,000-object run uses 1000)
+#        BENCH_ETCD_SEED  directory keeping the created objects' etcd data, one seed-<N>-<namespaces> per size:
+#                       a run over a seed that exists starts on a copy of it instead of creating the objects
+#                       again (a million objects take most of an hour); default: none, every run creates them
 #        BENCH_COUNT    -count of the micro benchmarks (default 5; the table shows medians)
 #        BENCH_MICRO    0 keeps the last micro results instead of running them again
 #
@@ -23,6 +27,8 @@ cd "$(dirname "$0")/.."
 repo=$(pwd)
 objects=${BENCH_OBJECTS:-10000}
 idle=${BENCH_IDLE:-5m}
+namespaces=${BENCH_NAMESPACES:-100}
+etcd_seed=${BENCH_ETCD_SEED:-}
 audit_policies=${BENCH_AUDIT_POLICIES:-0}
 count=${BENCH_COUNT:-5}
 results=$repo/test/bench/results
@@ -67,8 +73,12 @@ for n in ${sizes[@]+"${sizes[@]}"}; do
       name=macro-$n-auditpolicies
     fi
     log "macro benchmark: $n objects, $a AuditPolicies, idle $idle"
-    "$work/macro" -objects "$n" -audit-policies "$a" -idle "$idle" -workdir "$work/run-$name" \
-      -out "$work/$name.md" -json "$work/$name.json"
+    seed=()
+    if [[ -n "$etcd_seed" ]]; then
+      seed=(-etcd-seed "$etcd_seed/seed-$n-$namespaces")
+    fi
+    "$work/macro" -objects "$n" -namespaces "$namespaces" -audit-policies "$a" -idle "$idle" -workdir "$work/run-$name" \
+      ${seed[@]+"${seed[@]}"} -out "$work/$name.md" -json "$work/$name.json"
     mv "$work/$name.md" "$results/$name.md"
     mv "$work/$name.json" "$results/$name.json"
   done

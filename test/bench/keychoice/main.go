@@ -4,7 +4,8 @@
 //
 //	go run ./test/bench/keychoice -objects 1000000 -namespaces 1000 -skew 0.3
 //
-// The objects follow the macro benchmark's plan (object i in namespace i mod namespaces, bench-NNN). With
+// The objects follow the macro benchmark's plan (object i in namespace i mod namespaces, bench-NNN; with
+// -names random, random names instead). With
 // -skew f, a fraction f of the objects is moved into the first namespace (a "giant namespace"). UIDs are
 // random version 4 UUIDs from a fixed seed, as the API server assigns random ones.
 package main
@@ -25,6 +26,7 @@ func main() {
 	namespaces := flag.Int("namespaces", 1000, "Namespaces the objects are spread over.")
 	skews := flag.String("skew", "0,0.3", "Comma-separated fractions of the objects in one giant namespace (0: none).")
 	members := flag.String("members", "2,3,4", "Comma-separated member counts.")
+	names := flag.String("names", "bench", "Namespace names: bench (the benchmark's bench-NNN) or random (ns- and 8 random hex digits).")
 	flag.Parse()
 	var ms []int
 	for _, f := range strings.Split(*members, ",") {
@@ -44,7 +46,7 @@ func main() {
 			fmt.Fprintf(os.Stderr, "keychoice: bad skew %q\n", f)
 			os.Exit(2)
 		}
-		w := newWorkload(*objects, *namespaces, skew)
+		w := newWorkload(*objects, *names, nsNames(*names, *namespaces), skew)
 		for _, m := range ms {
 			w.row(os.Stdout, m)
 		}
@@ -59,18 +61,36 @@ type workload struct {
 	uidHashes    []uint64
 }
 
-func newWorkload(objects, namespaces int, skew float64) workload {
+// nsNames returns n namespace names of the given style.
+func nsNames(style string, n int) []string {
+	out := make([]string, n)
+	rng := rand.New(rand.NewPCG(5866, 25))
+	for i := range out {
+		switch style {
+		case "random":
+			out[i] = fmt.Sprintf("ns-%08x", rng.Uint32())
+		case "bench":
+			out[i] = fmt.Sprintf("bench-%03d", i)
+		default:
+			fmt.Fprintf(os.Stderr, "keychoice: unknown -names %q\n", style)
+			os.Exit(2)
+		}
+	}
+	return out
+}
+
+func newWorkload(objects int, style string, namespaces []string, skew float64) workload {
 	w := workload{perNamespace: map[string]int{}, uidHashes: make([]uint64, 0, objects)}
 	giant := int(skew * float64(objects))
-	w.name = fmt.Sprintf("%d objects, %d namespaces", objects, namespaces)
+	w.name = fmt.Sprintf("%d objects, %d %s namespaces", objects, len(namespaces), style)
 	if giant > 0 {
-		w.name += fmt.Sprintf(", %.0f%% in bench-000", skew*100)
+		w.name += fmt.Sprintf(", %.0f%% in %s", skew*100, namespaces[0])
 	}
 	rng := rand.New(rand.NewPCG(25, 5866))
 	for i := range objects {
-		ns := fmt.Sprintf("bench-%03d", i%namespaces)
+		ns := namespaces[i%len(namespaces)]
 		if i < giant {
-			ns = "bench-000"
+			ns = namespaces[0]
 		}
 		w.perNamespace[ns]++
 		w.uidHashes = append(w.uidHashes, shard.Hash(uuid(rng)))

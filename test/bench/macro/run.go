@@ -525,6 +525,7 @@ func measureEnd(ctx context.Context, c config, cl *cluster, res *Result, op *ope
 	if res.End, err = op.memory(); err != nil {
 		return err
 	}
+	res.ControlPlaneEnd = controlPlaneMemory()
 	res.ReportsEnd.Count, res.ReportsEnd.Bytes, res.ReportsEnd.Listed = cl.reports.size()
 	if e, err := cl.etcdBytes(ctx, reportAPI(c)); err == nil {
 		res.EtcdEnd = &e
