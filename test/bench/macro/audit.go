@@ -41,6 +41,8 @@ type envOptions struct {
 	quota int64
 	// audit enables the API server's audit log of the operator's requests.
 	audit bool
+	// featureGates is the API server's --feature-gates, if any.
+	featureGates string
 }
 
 // startEnv starts the control plane as envtestutil.Start does, with the API server's audit log enabled for
@@ -62,6 +64,9 @@ func startEnv(o envOptions) (*envtestutil.Env, string, error) {
 	te.ControlPlane.Etcd = etcd
 	if o.quota > 0 {
 		etcd.Configure().Set("quota-backend-bytes", strconv.FormatInt(o.quota, 10))
+	}
+	if o.featureGates != "" {
+		te.ControlPlane.GetAPIServer().Configure().Set("feature-gates", o.featureGates)
 	}
 	var logPath string
 	if o.audit {

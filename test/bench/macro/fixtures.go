@@ -351,7 +351,7 @@ func createAll(ctx context.Context, c client.Client, objs []*object, workers int
 		errOnce  sync.Once
 	)
 	// Progress every 5%: a million objects take most of an hour.
-	step := max(len(objs)/20, 1)
+	step := max(len(objs)/20, 10000)
 	for range workers {
 		wg.Add(1)
 		go func() {

@@ -49,6 +49,11 @@ type config struct {
 	etcdSeed          string
 	seedOnly          bool
 	quotaBackendBytes int64
+	// replicas and gates select the replica table instead of the one-replica run; apiFeatureGates are
+	// the API server's --feature-gates.
+	replicas        string
+	gates           string
+	apiFeatureGates string
 }
 
 func main() {
@@ -75,6 +80,8 @@ func main() {
 	flag.StringVar(&c.etcdSeed, "etcd-seed", "", "Keep the etcd data of the created CRDs, namespaces, params and objects in this directory and reuse it: when it holds the same -objects and -namespaces, the run starts its control plane on a copy of it instead of creating them again.")
 	flag.BoolVar(&c.seedOnly, "seed-only", false, "Only create the -etcd-seed (if it does not exist yet) and exit.")
 	flag.Int64Var(&c.quotaBackendBytes, "quota-backend-bytes", 8<<30, "etcd's --quota-backend-bytes (its default, 2 GiB, holds about 700,000 of the benchmark's objects).")
+	flag.StringVar(&c.replicas, "replicas", "", "Instead of the one-replica run: comma-separated operator process counts (the first 1), each run over the same objects with static --shard-index/--shard-count, e.g. 1,2,3.")
+	flag.StringVar(&c.gates, "gates", "on,off", "With -replicas: the API server's ShardedListAndWatch settings to run the counts under, on and/or off.")
 	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
 	flag.Parse()
 	ctrl.SetLogger(logr.Discard())
@@ -89,6 +96,8 @@ func main() {
 		err = writeGoals(c)
 	case c.micro != "":
 		err = writeMicro(c)
+	case c.replicas != "":
+		err = measureReplicas(c)
 	case c.seedOnly:
 		err = seedOnly(c)
 	default:
@@ -104,8 +113,13 @@ func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "[macro %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// signalContext is cancelled by SIGINT and SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
 func measure(c config) error {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run through 'make bench' or set it to $(hack/setup-envtest.sh)")

@@ -50,7 +50,7 @@ type cluster struct {
 // prepare starts a control plane and stores the cluster of n objects: CRDs without rules, namespaces,
 // params and objects, then the CRD rules and the policies (so that violating objects could be stored).
 func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error) {
-	o := envOptions{dir: filepath.Join(c.workdir, fmt.Sprintf("apiserver-%d", n)), quota: c.quotaBackendBytes, audit: true}
+	o := envOptions{dir: filepath.Join(c.workdir, fmt.Sprintf("apiserver-%d", n)), quota: c.quotaBackendBytes, audit: true, featureGates: c.apiFeatureGates}
 	seeded := c.etcdSeed != "" && n > 0
 	if seeded {
 		s, err := ensureSeed(ctx, c, n)
