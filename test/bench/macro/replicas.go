@@ -71,8 +71,8 @@ type MemberResult struct {
 	// LastReportSeconds: from its start to the last event of a report carrying its shard annotation
 	// (any report with one member): when its share of the first audit was written.
 	LastReportSeconds float64
-	CPUSeconds   float64
-	HWM          int64
+	CPUSeconds        float64
+	HWM               int64
 	// ReadBytes is the process's rchar (bytes read through read(2) and friends: its network input, the
 	// API server's responses, and little else).
 	ReadBytes int64

@@ -57,8 +57,8 @@ type reports struct {
 	// lastByShard is the time of the last event of a report, by its shard annotation ("" unsharded).
 	lastByShard map[string]time.Time
 	events      int
-	listeners []func(ns string, at time.Time)
-	errs      []error
+	listeners   []func(ns string, at time.Time)
+	errs        []error
 }
 
 func newReports() *reports {
