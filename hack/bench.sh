@@ -139,6 +139,13 @@ MD
     echo
     cat "$v"
   done
+  # 1, 2 and 3 replicas over the same objects (go run ./test/bench/macro -replicas 1,2,3 ..., recorded by hand:
+  # it needs a seed of the objects and runs for most of an hour).
+  for v in "$results"/replicas-*.md; do
+    [[ -f "$v" ]] || continue
+    echo
+    cat "$v"
+  done
   # kubectl celaudit whatif against a bare LIST: go run ./test/bench/whatif, recorded by hand.
   if [[ -f "$results/whatif.md" ]]; then
     echo
