@@ -409,7 +409,7 @@ func replicasMarkdown(p printer, r *ReplicaRun) {
 		"(%s results). Bytes read: the process's `rchar` (its network input). Same as 1: every namespace's summed summary and every "+
 		"listed result equal the single replica's under the same gate.", r.Namespaces, thousands(r.Expected.total()))
 	p("")
-	p("| gate | replicas | first audit | same as 1 | member | own reports written after (readyz ok after) | CPU | peak RSS | bytes read | LIST / WATCH (all members; with shardSelector) | reports by shard |")
+	p("| gate | replicas | first audit | same as 1 | member | own reports written after (readyz ok after) | CPU | peak RSS | bytes read | LIST / WATCH (all members; LISTs sent with shardSelector) | reports by shard |")
 	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	for _, rd := range r.Rounds {
 		same := "(reference)"
@@ -429,6 +429,10 @@ func replicasMarkdown(p printer, r *ReplicaRun) {
 		sort.Strings(shards)
 		gate := map[bool]string{true: "on", false: "off"}[rd.Gate]
 		for i, m := range rd.Members {
+			own := "none"
+			if m.LastReportSeconds > 0 {
+				own = secs(m.LastReportSeconds)
+			}
 			first, sm, reqs, rs := "", "", "", ""
 			if i == 0 {
 				first, sm = secs(rd.SettleSeconds), same
@@ -436,7 +440,7 @@ func replicasMarkdown(p printer, r *ReplicaRun) {
 				rs = strings.Join(shards, ", ")
 			}
 			p("| %s | %d | %s | %s | %d | %s | %s | %s | %s | %s | %s |", gate, rd.Replicas, first, sm, m.Index,
-				secs(m.LastReportSeconds)+" ("+secs(m.ReadySeconds)+")", secs(m.CPUSeconds), mib(m.HWM), mib(m.ReadBytes), reqs, rs)
+				own+" ("+secs(m.ReadySeconds)+")", secs(m.CPUSeconds), mib(m.HWM), mib(m.ReadBytes), reqs, rs)
 		}
 	}
 	for _, e := range r.Errors {
