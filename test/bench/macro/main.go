@@ -57,6 +57,34 @@ type config struct {
 }
 
 func main() {
+	c := parseFlags()
+	ctrl.SetLogger(logr.Discard())
+	if c.auditPolicies < 0 {
+		fmt.Fprintln(os.Stderr, "macro: -audit-policies must not be negative")
+		os.Exit(2)
+	}
+
+	var err error
+	switch {
+	case c.goals != "":
+		err = writeGoals(c)
+	case c.micro != "":
+		err = writeMicro(c)
+	case c.replicas != "":
+		err = measureReplicas(c)
+	case c.seedOnly:
+		err = seedOnly(c)
+	default:
+		err = measure(c)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "macro:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags reads the command line.
+func parseFlags() config {
 	var c config
 	flag.IntVar(&c.objects, "objects", 10000, "Audited objects to create.")
 	flag.IntVar(&c.namespaces, "namespaces", 100, "Namespaces the objects are spread over.")
@@ -84,29 +112,7 @@ func main() {
 	flag.StringVar(&c.gates, "gates", "on,off", "With -replicas: the API server's ShardedListAndWatch settings to run the counts under, on and/or off.")
 	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
 	flag.Parse()
-	ctrl.SetLogger(logr.Discard())
-	if c.auditPolicies < 0 {
-		fmt.Fprintln(os.Stderr, "macro: -audit-policies must not be negative")
-		os.Exit(2)
-	}
-
-	var err error
-	switch {
-	case c.goals != "":
-		err = writeGoals(c)
-	case c.micro != "":
-		err = writeMicro(c)
-	case c.replicas != "":
-		err = measureReplicas(c)
-	case c.seedOnly:
-		err = seedOnly(c)
-	default:
-		err = measure(c)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "macro:", err)
-		os.Exit(1)
-	}
+	return c
 }
 
 func logf(format string, args ...any) {

@@ -177,26 +177,14 @@ func replicaRound(ctx context.Context, c config, cl *cluster, want counts, gate 
 	round := &ReplicaRound{Gate: gate, Replicas: k}
 	start := time.Now()
 	meter := startCPU()
-	members := make([]*operator, 0, k)
-	readyAt := make([]func() time.Time, 0, k)
+	members, readyAt, err := startMembers(ctx, c, cl, k)
 	defer func() {
 		for _, op := range members {
 			op.stop()
 		}
 	}()
-	for i := range k {
-		args := append(operatorArgs(c), "--leader-elect=true", "--leader-election-namespace="+operatorNamespace)
-		if k > 1 {
-			args = append(args, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", k))
-		}
-		env := append(strings.Fields(c.operatorEnv), fmt.Sprintf("POD_NAME=celaudit-%d", i), "POD_NAMESPACE="+operatorNamespace)
-		op, err := startOperator(c.bin, cl.kubeconfig, filepath.Join(c.workdir, fmt.Sprintf("operator-%d-of-%d.log", i, k)), args, env)
-		if err != nil {
-			return nil, nil, err
-		}
-		members = append(members, op)
-		_, at := op.readyPoller(ctx, nil)
-		readyAt = append(readyAt, at)
+	if err != nil {
+		return nil, nil, err
 	}
 	allRunning := func() bool {
 		for _, op := range members {
@@ -209,9 +197,60 @@ func replicaRound(ctx context.Context, c config, cl *cluster, want counts, gate 
 	last, got, matched := cl.reports.waitSettled(ctx, allRunning, want, 3*time.Second, c.auditTimeout)
 	round.SettleSeconds, round.Summaries, round.Matched = last.Sub(start).Seconds(), got, matched
 	round.ControlPlaneCPUSeconds, _ = meter.stop()
+	if err := measureMembers(cl, round, members, readyAt); err != nil {
+		return round, nil, err
+	}
+	round.ControlPlaneMemoryAfter = controlPlaneMemory()
+	fp, byShard := cl.reports.fingerprint()
+	round.ReportsByShard = byShard
+	phase := fmt.Sprintf("replicas-%v-%d", gate, k)
+	cl.windows = append(cl.windows, window{Phase: phase, Start: start, End: time.Now()})
+	logf("replicas %d, gate %v: settled after %.2fs, match %v (%+v)", k, gate, round.SettleSeconds, matched, got)
+	if !matched {
+		return round, fp, fmt.Errorf("%d members, gate %v: the reports never reflected every object: %+v, want %+v", k, gate, got, want)
+	}
+	for _, op := range members {
+		op.stop()
+	}
+	members = nil
+	time.Sleep(time.Second) // let the API server write the last audit events
+	if reqs, err := operatorRequests(cl.auditLog, []window{{Phase: phase, Start: start, End: time.Now()}}); err == nil {
+		r := reqs[phase]
+		round.Lists, round.Watches = r.sum([]string{"LIST"}, nil), r.sum([]string{"WATCH"}, nil)
+		round.ReportWrites = r.sum(writeVerbs, isReport)
+	}
+	round.ShardedLists = countShardedLists(cl.auditLog, start)
+	return round, fp, clearReports(ctx, cl)
+}
+
+// startMembers starts k operator processes, the i-th with --shard-index i --shard-count k (no shard flags
+// for one), and returns them with their readiness times.
+func startMembers(ctx context.Context, c config, cl *cluster, k int) ([]*operator, []func() time.Time, error) {
+	members := make([]*operator, 0, k)
+	readyAt := make([]func() time.Time, 0, k)
+	for i := range k {
+		args := append(operatorArgs(c), "--leader-elect=true", "--leader-election-namespace="+operatorNamespace)
+		if k > 1 {
+			args = append(args, fmt.Sprintf("--shard-index=%d", i), fmt.Sprintf("--shard-count=%d", k))
+		}
+		env := append(strings.Fields(c.operatorEnv), fmt.Sprintf("POD_NAME=celaudit-%d", i), "POD_NAMESPACE="+operatorNamespace)
+		op, err := startOperator(c.bin, cl.kubeconfig, filepath.Join(c.workdir, fmt.Sprintf("operator-%d-of-%d.log", i, k)), args, env)
+		if err != nil {
+			return members, readyAt, err
+		}
+		members = append(members, op)
+		_, at := op.readyPoller(ctx, nil)
+		readyAt = append(readyAt, at)
+	}
+	return members, readyAt, nil
+}
+
+// measureMembers records each member's readiness, CPU, memory, bytes read and last own report event.
+func measureMembers(cl *cluster, round *ReplicaRound, members []*operator, readyAt []func() time.Time) error {
+	k := len(members)
 	for i, op := range members {
 		if err := op.running(); err != nil {
-			return round, nil, err
+			return err
 		}
 		m := MemberResult{Index: i}
 		if at := readyAt[i](); !at.IsZero() {
@@ -235,27 +274,7 @@ func replicaRound(ctx context.Context, c config, cl *cluster, want counts, gate 
 		cl.reports.mu.Unlock()
 		round.Members = append(round.Members, m)
 	}
-	round.ControlPlaneMemoryAfter = controlPlaneMemory()
-	fp, byShard := cl.reports.fingerprint()
-	round.ReportsByShard = byShard
-	phase := fmt.Sprintf("replicas-%v-%d", gate, k)
-	cl.windows = append(cl.windows, window{Phase: phase, Start: start, End: time.Now()})
-	logf("replicas %d, gate %v: settled after %.2fs, match %v (%+v)", k, gate, round.SettleSeconds, matched, got)
-	if !matched {
-		return round, fp, fmt.Errorf("%d members, gate %v: the reports never reflected every object: %+v, want %+v", k, gate, got, want)
-	}
-	for _, op := range members {
-		op.stop()
-	}
-	members = nil
-	time.Sleep(time.Second) // let the API server write the last audit events
-	if reqs, err := operatorRequests(cl.auditLog, []window{{Phase: phase, Start: start, End: time.Now()}}); err == nil {
-		r := reqs[phase]
-		round.Lists, round.Watches = int(r.sum([]string{"LIST"}, nil)), int(r.sum([]string{"WATCH"}, nil))
-		round.ReportWrites = int(r.sum(writeVerbs, isReport))
-	}
-	round.ShardedLists = countShardedLists(cl.auditLog, start)
-	return round, fp, clearReports(ctx, cl)
+	return nil
 }
 
 // readBytes returns the process's rchar from /proc/<pid>/io; -1 if unreadable.

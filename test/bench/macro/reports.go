@@ -145,23 +145,7 @@ func (r *reports) handle(ev watch.Event, at time.Time, gvr schema.GroupVersionRe
 		r.fail(fmt.Errorf("decoding report %s: %w", u.GetName(), err))
 		return
 	}
-	st := &reportState{
-		counted:   counted,
-		namespace: u.GetNamespace(),
-		summary:   counts{Pass: rep.Summary.Pass, Fail: rep.Summary.Fail, Warn: rep.Summary.Warn, Error: rep.Summary.Error, Skip: rep.Summary.Skip},
-		listed:    map[listedKey]string{},
-		bytes:     len(raw),
-		shard:     u.GetAnnotations()[shardAnnotation],
-		gvr:       gvr,
-		name:      u.GetName(),
-	}
-	for _, res := range rep.Results {
-		k := listedKey{policy: res.Policy}
-		if len(res.Resources) > 0 {
-			k.kind, k.name = res.Resources[0].Kind, res.Resources[0].Name
-		}
-		st.listed[k] = string(res.Result)
-	}
+	st := newReportState(u, &rep, len(raw), gvr, counted)
 	key := u.GroupVersionKind().Group + "/" + u.GetNamespace() + "/" + u.GetName()
 
 	r.mu.Lock()
@@ -192,6 +176,28 @@ func (r *reports) handle(ev watch.Event, at time.Time, gvr schema.GroupVersionRe
 	for _, l := range listeners {
 		l(u.GetNamespace(), at)
 	}
+}
+
+// newReportState is what the harness keeps of report u, decoded as rep, of size bytes.
+func newReportState(u *unstructured.Unstructured, rep *v1alpha2.PolicyReport, bytes int, gvr schema.GroupVersionResource, counted bool) *reportState {
+	st := &reportState{
+		counted:   counted,
+		namespace: u.GetNamespace(),
+		summary:   counts{Pass: rep.Summary.Pass, Fail: rep.Summary.Fail, Warn: rep.Summary.Warn, Error: rep.Summary.Error, Skip: rep.Summary.Skip},
+		listed:    map[listedKey]string{},
+		bytes:     bytes,
+		shard:     u.GetAnnotations()[shardAnnotation],
+		gvr:       gvr,
+		name:      u.GetName(),
+	}
+	for _, res := range rep.Results {
+		k := listedKey{policy: res.Policy}
+		if len(res.Resources) > 0 {
+			k.kind, k.name = res.Resources[0].Kind, res.Resources[0].Name
+		}
+		st.listed[k] = string(res.Result)
+	}
+	return st
 }
 
 // onEvent registers f, called after each report event with the report's namespace.
