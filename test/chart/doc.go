@@ -24,7 +24,7 @@
 // metadata.name); with one replica, or disabled, the chart renders byte for byte what the defaults do.
 //
 // apiserver_test.go installs, upgrades (also to sharded and back) and uninstalls the chart with `helm` against
-// a real kube-apiserver (envtest), checks that the shared PolicyReport CRDs are installed only when absent or owned by the release,
-// and sends every object the chart renders, under several value combinations, to the API server as a
-// server-side dry run with strict field validation.
+// a real kube-apiserver (envtest), checks that the shared PolicyReport CRDs are installed only when absent or
+// owned by the release, and sends every object the chart renders, under several value combinations, to the
+// API server as a server-side dry run with strict field validation.
 package chart
