@@ -118,7 +118,7 @@ type Scanner struct {
 	policies map[audit.PolicyKey]audit.Policy
 	// index is the registered policies by the resources they cover. A change builds the next index before
 	// it takes live and swaps it in under mu and live: readers load it without waiting.
-	index    atomic.Pointer[engine.Set]
+	index atomic.Pointer[engine.Set]
 	// view is the member's layout and its generation, changed under mu and live (see SetShard) and read
 	// under live: a result read under an earlier generation is dropped rather than stored (see evaluate).
 	view     shardView
