@@ -77,7 +77,8 @@ type watcher struct {
 	busy    bool
 	wake    chan struct{}
 
-	unreadable bool // guarded by mu: the last read failed and its error results are recorded
+	unreadable bool      // guarded by mu: the last read failed and its error results are recorded
+	shardMode  ShardMode // guarded by mu: how the last page was filtered
 
 	digests uidmap.Map[digest]
 	nsNames []string          // namespaces of digests, by index
@@ -345,7 +346,10 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
 			next = w.fetch(ctx, scope, opts)
 		}
-		err := w.evaluatePage(ctx, page, view.gen, every, only, seen)
+		err := w.shardPage(page, view)
+		if err == nil {
+			err = w.evaluatePage(ctx, page, view.gen, every, only, seen)
+		}
 		s.returnPage(got)
 		if err == nil && s.currentView().gen != view.gen {
 			err = errShardChanged
@@ -480,6 +484,7 @@ func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
 	if err != nil {
 		return apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching %s: %w", w.gvr, err)
 	}
+	wi = shardWatch(wi, view)
 	defer wi.Stop()
 	for {
 		select {
