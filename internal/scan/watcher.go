@@ -342,6 +342,11 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 			w.setReadError(got.err)
 			return "", fmt.Errorf("listing %s: %w", w.gvr, got.err)
 		}
+		if s.currentView().gen != view.gen {
+			// The layout changed while the page was read: it is not evaluated, nor the next one asked for.
+			s.returnPage(got)
+			return "", errShardChanged
+		}
 		page := got.page
 		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
 			next = w.fetch(ctx, scope, opts)
