@@ -323,7 +323,7 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 	// The next page is requested before the current one is evaluated, so that the API server encodes it
 	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
 	// idle during every request and the API server idle during every evaluation.
-	next := w.fetch(ctx, scope, opts)
+	next := w.fetch(ctx, scope, opts, view)
 	for next != nil {
 		got := <-next
 		next = nil
@@ -336,7 +336,7 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
 				opts.Continue = ""
 				*seen = uidmap.Map[struct{}]{}
-				next = w.fetch(ctx, scope, opts)
+				next = w.fetch(ctx, scope, opts, view)
 				continue
 			}
 			w.setReadError(got.err)
@@ -349,12 +349,9 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 		}
 		page := got.page
 		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
-			next = w.fetch(ctx, scope, opts)
+			next = w.fetch(ctx, scope, opts, view)
 		}
-		err := w.shardPage(page, view)
-		if err == nil {
-			err = w.evaluatePage(ctx, page, view.gen, every, only, seen)
-		}
+		err := w.evaluatePage(ctx, page, view.gen, every, only, seen)
 		s.returnPage(got)
 		if err == nil && s.currentView().gen != view.gen {
 			err = errShardChanged
@@ -384,10 +381,11 @@ type fetched struct {
 	token bool
 }
 
-// fetch reads one page in the background. It takes a page token before its request, which the reader gives
-// back with returnPage once the page is evaluated or dropped, so that the pages held across resources stay
-// bounded. The result is always delivered, also when ctx ends, so that no token is lost.
-func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions) <-chan fetched {
+// fetch reads one page in the background and leaves on it the objects of view's namespaces only (see
+// shardPage). It takes a page token before its request, which the reader gives back with returnPage once the
+// page is evaluated or dropped, so that the pages held across resources stay bounded. The result is always
+// delivered, also when ctx ends, so that no token is lost.
+func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions, view shardView) <-chan fetched {
 	out := make(chan fetched, 1)
 	go func() {
 		select {
@@ -397,6 +395,11 @@ func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListO
 			return
 		}
 		page, err := w.scanner.client.List(ctx, w.gvr, namespace, opts)
+		if err == nil {
+			if err = w.shardPage(page, view); err != nil {
+				err = fmt.Errorf("filtering a page on the shard selector: %w", err)
+			}
+		}
 		out <- fetched{page: page, err: err, token: true}
 	}()
 	return out
