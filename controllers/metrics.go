@@ -127,10 +127,10 @@ func (m *auditMetrics) collectors() []prometheus.Collector {
 func (m *auditMetrics) shardModeChanged(gvr schema.GroupVersionResource, mode scan.ShardMode) {
 	resource := gvr.GroupResource().String()
 	for _, other := range []scan.ShardMode{scan.ShardServer, scan.ShardClient} {
-		switch {
-		case mode == scan.ShardNone:
+		switch mode {
+		case scan.ShardNone:
 			m.shardMode.DeleteLabelValues(resource, string(other))
-		case mode == other:
+		case other:
 			m.shardMode.WithLabelValues(resource, string(other)).Set(1)
 		default:
 			m.shardMode.WithLabelValues(resource, string(other)).Set(0)

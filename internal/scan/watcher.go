@@ -449,13 +449,18 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uin
 			mu.Unlock()
 		}
 	}
-	n := page.Len()
-	workers := min(w.scanner.opts.Workers, n)
+	forEach(page.Len(), w.scanner.opts.Workers, evaluate)
+	return firstErr
+}
+
+// forEach calls fn with 0..n-1 on up to workers goroutines, and returns when every call has.
+func forEach(n, workers int, fn func(i int)) {
+	workers = min(workers, n)
 	if workers <= 1 {
 		for i := range n {
-			evaluate(i)
+			fn(i)
 		}
-		return firstErr
+		return
 	}
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -464,7 +469,7 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uin
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				evaluate(i)
+				fn(i)
 			}
 		}()
 	}
@@ -473,7 +478,6 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uin
 	}
 	close(next)
 	wg.Wait()
-	return firstErr
 }
 
 // watch follows changes from lastRV until the watch ends, a rescan is requested or ctx is done. It reports
