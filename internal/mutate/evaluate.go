@@ -408,8 +408,10 @@ type recordedCall struct {
 
 type recorderKey struct{}
 
+// patching records that policy is about to patch obj. It keeps a copy: a custom resource is admitted as the
+// very object the request holds, which the dispatcher overwrites with the patched one.
 func (r *recorder) patching(policy string, obj runtime.Object) {
-	r.calls = append(r.calls, recordedCall{policy: policy, before: obj})
+	r.calls = append(r.calls, recordedCall{policy: policy, before: obj.DeepCopyObject()})
 }
 
 // operationOptions are the options the API server's handlers pass to admission, as a request without query
