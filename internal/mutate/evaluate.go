@@ -352,46 +352,53 @@ func isSecret(gvk schema.GroupVersionKind) bool {
 }
 
 // redactSecret replaces, in a Secret's patch, every value under data and stringData and the
-// last-applied-configuration annotation by audit.RedactionMarker, and redacts the Secret's values from the
-// other values' strings.
+// last-applied-configuration annotation by audit.RedactionMarker, and redacts the Secret's values from every
+// other string.
 func redactSecret(secret bool, ops []Operation, redactor *audit.Redactor) []Operation {
 	if !secret {
 		return ops
 	}
 	for i, op := range ops {
-		if op.Op == "remove" {
-			continue
-		}
-		switch {
-		case op.Path == "" || op.Path == "/metadata" || op.Path == "/metadata/annotations",
-			strings.HasPrefix(op.Path, "/data"), strings.HasPrefix(op.Path, "/stringData"),
-			op.Path == "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration":
-			ops[i].Value = audit.RedactionMarker
-		default:
-			ops[i].Value = redactValue(op.Value, redactor)
+		if op.Op != "remove" {
+			ops[i].Value = redactAt(op.Path, op.Value, redactor)
 		}
 	}
 	return ops
 }
 
-func redactValue(v any, redactor *audit.Redactor) any {
+// redactAt redacts v, the value at the JSON pointer path of a Secret.
+func redactAt(path string, v any, redactor *audit.Redactor) any {
+	if sensitive(path) {
+		return audit.RedactionMarker
+	}
 	switch x := v.(type) {
 	case string:
 		return redactor.String(x)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, w := range x {
-			out[k] = redactValue(w, redactor)
+			out[k] = redactAt(path+"/"+escapePointer(k), w, redactor)
 		}
 		return out
 	case []any:
 		out := make([]any, len(x))
 		for i, w := range x {
-			out[i] = redactValue(w, redactor)
+			out[i] = redactAt(fmt.Sprintf("%s/%d", path, i), w, redactor)
 		}
 		return out
 	}
 	return v
+}
+
+// sensitive says whether the value at path in a Secret is secret: its data and stringData, and the
+// annotation in which kubectl apply keeps them.
+func sensitive(path string) bool {
+	for _, prefix := range []string{"/data", "/stringData", "/metadata/annotations/kubectl.kubernetes.io~1last-applied-configuration"} {
+		if path == prefix || strings.HasPrefix(path, prefix+"/") {
+			return true
+		}
+	}
+	return false
 }
 
 // recorder collects, during one evaluation, the object each patcher is given, in call order: the change a

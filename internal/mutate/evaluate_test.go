@@ -1,40 +1,260 @@
 package mutate
 
 import (
+	"encoding/base64"
 	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
+
+	"k8s.io/apiserver/pkg/admission"
+
+	"github.com/celaudit/celaudit/internal/admit"
+	"github.com/celaudit/celaudit/internal/audit"
 )
 
-const labelPolicy = `
+// policy returns a MutatingAdmissionPolicy named name on resources (core group unless "group/resource"), for
+// operations, with the given mutations and extra spec fields (YAML lines indented by two spaces).
+func policy(name, resource, operations, extra string, mutations ...string) string {
+	group := ""
+	if g, r, ok := strings.Cut(resource, "/"); ok {
+		group, resource = g, r
+	}
+	return fmt.Sprintf(`
 apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
-metadata: {name: team-label}
+metadata: {name: %s}
 spec:
+  reinvocationPolicy: Never
   matchConstraints:
     resourceRules:
-    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+    - {apiGroups: [%q], apiVersions: [v1], operations: [%s], resources: [%s]}
+%s
   mutations:
-  - patchType: ApplyConfiguration
-    applyConfiguration:
-      expression: >
-        Object{metadata: Object.metadata{labels: {"team": "blue"}}}
-`
+%s`, name, group, operations, resource, extra, strings.Join(mutations, "\n"))
+}
 
-const labelBinding = `
-apiVersion: admissionregistration.k8s.io/v1
-kind: MutatingAdmissionPolicyBinding
-metadata: {name: team-label}
-spec: {policyName: team-label}
-`
+func jsonPatch(expr string) string {
+	return "  - patchType: JSONPatch\n    jsonPatch:\n      expression: '" + expr + "'"
+}
 
-func TestSmoke(t *testing.T) {
-	obj := object(t, `
+func applyConfig(expr string) string {
+	return "  - patchType: ApplyConfiguration\n    applyConfiguration:\n      expression: '" + expr + "'"
+}
+
+func binding(policy string) string {
+	return fmt.Sprintf("apiVersion: admissionregistration.k8s.io/v1\nkind: MutatingAdmissionPolicyBinding\nmetadata: {name: %s}\nspec: {policyName: %s}\n", policy, policy)
+}
+
+const bareConfigMap = `
 apiVersion: v1
 kind: ConfigMap
-metadata: {name: a, namespace: default}
+metadata: {name: a, namespace: default, uid: "1", resourceVersion: "7"}
 data: {k: v}
-`)
-	out := evaluate(t, configMapsGVR, obj, labelPolicy, labelBinding)
-	data, _ := json.MarshalIndent(out, "", "  ")
-	t.Logf("%s", data)
+`
+
+const teamLabel = `Object{metadata: Object.metadata{labels: {"team": "blue"}}}`
+
+// want describes an expected outcome, written by hand.
+type want struct {
+	operation admission.Operation
+	// verdicts are "policy=verdict", in evaluation order.
+	verdicts []string
+	patch    string // Outcome.Patch as JSON; "" for none
+	denied   string // a prefix of Outcome.Denied; "" for none
+	message  string // a prefix of the first result's message; "" to not check
+}
+
+func TestEvaluate(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		obj  string
+		docs []string
+		want want
+	}{
+		{
+			name: "update drift",
+			obj:  bareConfigMap,
+			docs: []string{policy("p", "configmaps", "CREATE, UPDATE", "", applyConfig(teamLabel)), binding("p")},
+			want: want{operation: admission.Update, verdicts: []string{"p=warn"},
+				patch: `[{"op":"add","path":"/metadata/labels","value":{"team":"blue"}}]`, message: "UPDATE would change metadata.labels.team"},
+		},
+		{
+			name: "already in shape",
+			obj:  strings.Replace(bareConfigMap, `uid: "1"`, `uid: "1", labels: {team: blue}`, 1),
+			docs: []string{policy("p", "configmaps", "CREATE, UPDATE", "", applyConfig(teamLabel)), binding("p")},
+			want: want{operation: admission.Update, verdicts: []string{"p=pass"}},
+		},
+		{
+			name: "create only",
+			obj:  bareConfigMap,
+			docs: []string{policy("p", "configmaps", "CREATE", "", applyConfig(teamLabel)), binding("p")},
+			want: want{operation: admission.Create, verdicts: []string{"p=warn"},
+				patch: `[{"op":"add","path":"/metadata/labels","value":{"team":"blue"}}]`, message: "CREATE would change metadata.labels.team"},
+		},
+		{
+			name: "update wins over create",
+			obj:  bareConfigMap,
+			docs: []string{
+				policy("a-create", "configmaps", "CREATE", "", jsonPatch(`[JSONPatch{op: "add", path: "/data/c", value: "1"}]`)), binding("a-create"),
+				policy("b-update", "configmaps", "UPDATE", "", jsonPatch(`[JSONPatch{op: "add", path: "/data/u", value: "1"}]`)), binding("b-update"),
+			},
+			want: want{operation: admission.Update, verdicts: []string{"b-update=warn"}, patch: `[{"op":"add","path":"/data/u","value":"1"}]`},
+		},
+		{
+			name: "unbound policy is not applied",
+			obj:  bareConfigMap,
+			docs: []string{policy("p", "configmaps", "CREATE, UPDATE", "", applyConfig(teamLabel))},
+			want: want{},
+		},
+		{
+			name: "other resource",
+			obj:  bareConfigMap,
+			docs: []string{policy("p", "secrets", "CREATE, UPDATE", "", applyConfig(teamLabel)), binding("p")},
+			want: want{},
+		},
+		{
+			name: "excluded by matchConditions",
+			obj:  bareConfigMap,
+			docs: []string{policy("p", "configmaps", "CREATE, UPDATE",
+				"  matchConditions:\n  - {name: never, expression: 'object.metadata.name == \"b\"'}", applyConfig(teamLabel)), binding("p")},
+			want: want{operation: admission.Update},
+		},
+		{
+			name: "expression does not compile",
+			obj:  bareConfigMap,
+			docs: []string{policy("p", "configmaps", "CREATE, UPDATE", "", jsonPatch(`[JSONPatch{op: "add", path: undefinedVariable}]`)), binding("p")},
+			want: want{operation: admission.Update, verdicts: []string{"p=error"},
+				denied: "policy 'p' with binding 'p' denied request: compilation failed", message: "policy 'p' with binding 'p' denied request: compilation failed"},
+		},
+		{
+			name: "failure ignored, other policy applied",
+			obj:  bareConfigMap,
+			docs: []string{
+				policy("a-fails", "configmaps", "UPDATE", "  failurePolicy: Ignore", jsonPatch(`[JSONPatch{op: "remove", path: "/data/absent"}]`)), binding("a-fails"),
+				policy("b-adds", "configmaps", "UPDATE", "", jsonPatch(`[JSONPatch{op: "add", path: "/data/u", value: "1"}]`)), binding("b-adds"),
+			},
+			want: want{operation: admission.Update, verdicts: []string{"a-fails=error", "b-adds=warn"},
+				patch: `[{"op":"add","path":"/data/u","value":"1"}]`, message: "policy 'a-fails' with binding 'a-fails' denied request: JSON Patch: error in remove"},
+		},
+		{
+			name: "defaults applied after the patch",
+			obj:  defaulted(t, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d, namespace: default}
+spec:
+  selector: {matchLabels: {app: d}}
+  template:
+    metadata: {labels: {app: d}}
+    spec:
+      containers: [{name: app, image: "nginx:1.25"}]
+`),
+			docs: []string{policy("p", "apps/deployments", "UPDATE", "",
+				jsonPatch(`[JSONPatch{op: "add", path: "/spec/template/spec/containers/-", value: Object.spec.template.spec.containers{name: "log", image: "busybox:1.36"}}]`)), binding("p")},
+			want: want{operation: admission.Update, verdicts: []string{"p=warn"},
+				patch: `[{"op":"add","path":"/spec/template/spec/containers/1","value":{"image":"busybox:1.36","imagePullPolicy":"IfNotPresent","name":"log","resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}}]`},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := object(t, tc.obj)
+			stored := obj.DeepCopy()
+			gvr := configMapsGVR
+			if obj.GetKind() == "Deployment" {
+				gvr = deploymentsGVR
+			}
+			out := evaluate(t, gvr, obj, tc.docs...)
+			if out.Operation != tc.want.operation {
+				t.Errorf("operation %q, want %q", out.Operation, tc.want.operation)
+			}
+			var verdicts []string
+			for _, r := range out.Results {
+				verdicts = append(verdicts, r.Policy+"="+string(r.Verdict))
+			}
+			if !slices.Equal(verdicts, tc.want.verdicts) {
+				t.Errorf("verdicts %v, want %v", verdicts, tc.want.verdicts)
+			}
+			patch := ""
+			if len(out.Patch) > 0 {
+				data, _ := json.Marshal(out.Patch)
+				patch = string(data)
+			}
+			if patch != tc.want.patch {
+				t.Errorf("patch\n got %s\nwant %s", patch, tc.want.patch)
+			}
+			if !strings.HasPrefix(out.Denied, tc.want.denied) || (tc.want.denied == "") != (out.Denied == "") {
+				t.Errorf("denied %q, want prefix %q", out.Denied, tc.want.denied)
+			}
+			if tc.want.message != "" && (len(out.Results) == 0 || !strings.HasPrefix(out.Results[0].Message, tc.want.message)) {
+				t.Errorf("results %+v, want a first message starting %q", out.Results, tc.want.message)
+			}
+			if !equalJSON(obj.Object, stored.Object) {
+				t.Errorf("Evaluate modified the object")
+			}
+		})
+	}
+}
+
+// defaulted returns doc as the API server stores it: defaulted.
+func defaulted(t *testing.T, doc string) string {
+	t.Helper()
+	p, err := admit.NewPreparer(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, err := p.Prepare(object(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := json.Marshal(obj.Object)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(data)
+}
+
+// TestSecretValuesNeverReported copies a Secret's value into another key and a label: no result, message or
+// patch may carry it, in any form.
+func TestSecretValuesNeverReported(t *testing.T) {
+	const value = "hunter2-correct-horse"
+	encoded := base64.StdEncoding.EncodeToString([]byte(value))
+	secret := object(t, fmt.Sprintf(`
+apiVersion: v1
+kind: Secret
+metadata: {name: s, namespace: default}
+type: Opaque
+data: {password: %s}
+`, encoded))
+	out := evaluate(t, secretsGVR, secret,
+		policy("copy", "secrets", "UPDATE", "",
+			jsonPatch(`[JSONPatch{op: "add", path: "/data/copy", value: object.data.password}]`),
+			jsonPatch(`[JSONPatch{op: "add", path: "/metadata/annotations", value: {"leak": string(object.data.password)}}]`)),
+		binding("copy"),
+		policy("fails", "secrets", "UPDATE", "  failurePolicy: Ignore",
+			jsonPatch(`[JSONPatch{op: "remove", path: "/data/absent-" + string(object.data.password)}]`)),
+		binding("fails"),
+		policy("label", "secrets", "UPDATE", "", applyConfig(teamLabel)), binding("label"))
+	data, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, form := range []string{value, encoded} {
+		if strings.Contains(string(data), form) {
+			t.Errorf("the outcome carries the Secret's value %q: %s", form, data)
+		}
+	}
+	// What does not come from the Secret is still reported.
+	if len(out.Results) != 3 || out.Results[0].Verdict != audit.Warn || out.Results[1].Verdict != audit.Error || out.Results[2].Verdict != audit.Warn {
+		t.Fatalf("results %+v, want a warn for copy, an error for fails and a warn for label", out.Results)
+	}
+	if got, want := out.Results[0].Patch, `[{"op":"add","path":"/data/copy","value":"[redacted]"},{"op":"add","path":"/metadata/annotations","value":{"leak":"[redacted]"}}]`; got != want {
+		t.Errorf("copy patch\n got %s\nwant %s", got, want)
+	}
+	if !strings.Contains(out.Results[1].Message, "absent-"+audit.RedactionMarker) {
+		t.Errorf("the error message %q does not show where the value was redacted", out.Results[1].Message)
+	}
+	if got := out.Results[2].Patch; got != `[{"op":"add","path":"/metadata/labels","value":{"team":"blue"}}]` {
+		t.Errorf("label patch %s", got)
+	}
 }
