@@ -140,7 +140,7 @@ func TestEvaluate(t *testing.T) {
 		},
 		{
 			name: "defaults applied after the patch",
-			obj:  defaulted(t, `
+			obj: defaulted(t, `
 apiVersion: apps/v1
 kind: Deployment
 metadata: {name: d, namespace: default}
