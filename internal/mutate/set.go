@@ -121,10 +121,7 @@ func (s *Set) Policies() []string {
 type typeConverters struct{ types *Types }
 
 func (t typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
-	if tc := t.types.TypeConverter(gvk); tc != nil {
-		return tc
-	}
-	return nil
+	return t.types.TypeConverter(gvk)
 }
 
 func (typeConverters) Run(context.Context) {}
