@@ -359,7 +359,7 @@ func redactSecret(secret bool, ops []Operation, redactor *audit.Redactor) []Oper
 		return ops
 	}
 	for i, op := range ops {
-		if op.Op != "remove" {
+		if op.Op != opRemove {
 			ops[i].Value = redactAt(op.Path, op.Value, redactor)
 		}
 	}

@@ -9,6 +9,13 @@ import (
 	"strings"
 )
 
+// The operations Diff produces.
+const (
+	opAdd     = "add"
+	opRemove  = "remove"
+	opReplace = "replace"
+)
+
 // Operation is one operation of an RFC 6902 JSON patch. Diff produces only add, remove and replace.
 type Operation struct {
 	Op   string `json:"op"`
@@ -20,7 +27,7 @@ type Operation struct {
 // MarshalJSON writes the operation as RFC 6902 spells it: value is present, possibly null, for add and
 // replace, and absent for remove.
 func (o Operation) MarshalJSON() ([]byte, error) {
-	if o.Op == "remove" {
+	if o.Op == opRemove {
 		return json.Marshal(struct {
 			Op   string `json:"op"`
 			Path string `json:"path"`
@@ -46,64 +53,68 @@ func Diff(from, to any) []Operation {
 func diff(path string, from, to any, ops *[]Operation) {
 	switch f := from.(type) {
 	case map[string]any:
-		t, ok := to.(map[string]any)
-		if !ok {
-			break
+		if t, ok := to.(map[string]any); ok {
+			diffMap(path, f, t, ops)
+			return
 		}
-		keys := make([]string, 0, len(f)+len(t))
-		for k := range f {
-			keys = append(keys, k)
-		}
-		for k := range t {
-			if _, seen := f[k]; !seen {
-				keys = append(keys, k)
-			}
-		}
-		slices.Sort(keys)
-		for _, k := range keys {
-			p := path + "/" + escapePointer(k)
-			fv, inFrom := f[k]
-			tv, inTo := t[k]
-			switch {
-			case !inTo:
-				*ops = append(*ops, Operation{Op: "remove", Path: p})
-			case !inFrom:
-				*ops = append(*ops, Operation{Op: "add", Path: p, Value: tv})
-			default:
-				diff(p, fv, tv, ops)
-			}
-		}
-		return
 	case []any:
-		t, ok := to.([]any)
-		if !ok {
-			break
+		if t, ok := to.([]any); ok {
+			diffList(path, f, t, ops)
+			return
 		}
-		shorter := min(len(f), len(t))
-		prefixEqual := true
-		for i := 0; i < shorter && prefixEqual; i++ {
-			prefixEqual = equalJSON(f[i], t[i])
-		}
-		switch {
-		case len(f) == len(t):
-			for i := range f {
-				diff(path+"/"+strconv.Itoa(i), f[i], t[i], ops)
-			}
-		case prefixEqual && len(t) > len(f):
-			for i := len(f); i < len(t); i++ {
-				*ops = append(*ops, Operation{Op: "add", Path: path + "/" + strconv.Itoa(i), Value: t[i]})
-			}
-		case prefixEqual:
-			for i := len(f) - 1; i >= len(t); i-- {
-				*ops = append(*ops, Operation{Op: "remove", Path: path + "/" + strconv.Itoa(i)})
-			}
-		default:
-			*ops = append(*ops, Operation{Op: "replace", Path: path, Value: to})
-		}
-		return
 	}
 	if !equalJSON(from, to) {
-		*ops = append(*ops, Operation{Op: "replace", Path: path, Value: to})
+		*ops = append(*ops, Operation{Op: opReplace, Path: path, Value: to})
+	}
+}
+
+func diffMap(path string, f, t map[string]any, ops *[]Operation) {
+	keys := make([]string, 0, len(f)+len(t))
+	for k := range f {
+		keys = append(keys, k)
+	}
+	for k := range t {
+		if _, seen := f[k]; !seen {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		p := path + "/" + escapePointer(k)
+		fv, inFrom := f[k]
+		tv, inTo := t[k]
+		switch {
+		case !inTo:
+			*ops = append(*ops, Operation{Op: opRemove, Path: p})
+		case !inFrom:
+			*ops = append(*ops, Operation{Op: opAdd, Path: p, Value: tv})
+		default:
+			diff(p, fv, tv, ops)
+		}
+	}
+}
+
+func diffList(path string, f, t []any, ops *[]Operation) {
+	shorter := min(len(f), len(t))
+	prefixEqual := true
+	for i := 0; i < shorter && prefixEqual; i++ {
+		prefixEqual = equalJSON(f[i], t[i])
+	}
+	switch {
+	case len(f) == len(t):
+		for i := range f {
+			diff(path+"/"+strconv.Itoa(i), f[i], t[i], ops)
+		}
+	case prefixEqual && len(t) > len(f):
+		for i := len(f); i < len(t); i++ {
+			*ops = append(*ops, Operation{Op: opAdd, Path: path + "/" + strconv.Itoa(i), Value: t[i]})
+		}
+	case prefixEqual:
+		for i := len(f) - 1; i >= len(t); i-- {
+			*ops = append(*ops, Operation{Op: opRemove, Path: path + "/" + strconv.Itoa(i)})
+		}
+	default:
+		*ops = append(*ops, Operation{Op: opReplace, Path: path, Value: t})
 	}
 }
 
@@ -229,7 +240,7 @@ func changedFields(ops []Operation) []string {
 		}
 	}
 	for _, op := range ops {
-		if op.Op == "remove" {
+		if op.Op == opRemove {
 			add(op.Path, nil)
 		} else {
 			add(op.Path, op.Value)
