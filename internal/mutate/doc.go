@@ -35,5 +35,6 @@
 //
 // A Secret's data never reaches a result: in a Secret's patches, values under data, stringData and the
 // last-applied-configuration annotation are replaced by audit.RedactionMarker, and the Secret's values, stored
-// and patched, are redacted from every other value and message.
+// and patched, are redacted from every other value and message. So are the values of the Secrets that
+// policies with paramKind Secret read as params, whatever the object.
 package mutate

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/admission/plugin/policy/generic"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -263,7 +264,7 @@ func policyOf(message string) string {
 
 // failAll makes every matched policy's result an error with message: the object cannot be judged.
 func (e *evaluation) failAll(out Outcome, message string) Outcome {
-	message = e.redactor(nil).String(message)
+	message = e.redaction(nil).String(message)
 	for i := range out.Results {
 		out.Results[i].Verdict, out.Results[i].Message = audit.Error, message
 	}
@@ -273,8 +274,7 @@ func (e *evaluation) failAll(out Outcome, message string) Outcome {
 
 // outcome fills in the results from what the recorder saw and the errors the dispatcher reported.
 func (e *evaluation) outcome(out Outcome, rec *recorder, final map[string]any, errs map[string][]string, denied string) Outcome {
-	redactor := e.redactor(final)
-	secret := isSecret(e.gvk)
+	red := e.redaction(final)
 	states := make([]map[string]any, len(rec.calls)+1)
 	for i, call := range rec.calls {
 		var err error
@@ -288,19 +288,19 @@ func (e *evaluation) outcome(out Outcome, rec *recorder, final map[string]any, e
 	for i, call := range rec.calls {
 		applied[call.policy] = true
 		if ops := Diff(states[i], states[i+1]); len(ops) > 0 {
-			changes[call.policy] = append(changes[call.policy], redactSecret(secret, ops, redactor)...)
+			changes[call.policy] = append(changes[call.policy], red.Ops(ops)...)
 		}
 	}
-	out.Denied = redactor.String(denied)
+	out.Denied = red.String(denied)
 	if len(rec.calls) > 0 && denied == "" {
-		out.Patch = redactSecret(secret, Diff(states[0], final), redactor)
+		out.Patch = red.Ops(Diff(states[0], final))
 	}
 	kept := out.Results[:0]
 	for _, r := range out.Results {
 		switch {
 		case len(errs[r.Policy]) > 0:
 			r.Verdict = audit.Error
-			r.Message = redactor.String(strings.Join(errs[r.Policy], "; "))
+			r.Message = red.String(strings.Join(errs[r.Policy], "; "))
 		case len(changes[r.Policy]) > 0:
 			r.Verdict = audit.Warn
 			r.FullPatch = changes[r.Policy]
@@ -324,70 +324,113 @@ func (e *evaluation) outcome(out Outcome, rec *recorder, final map[string]any, e
 	return out
 }
 
-// redactor returns the redactor of the object's Secret values, both stored and as the policies leave them
-// (final, nil when unknown); nil for other kinds.
-func (e *evaluation) redactor(final map[string]any) *audit.Redactor {
-	if !isSecret(e.gvk) {
-		return nil
+// redaction removes Secret values from what an evaluation reports.
+type redaction struct {
+	// secret says that the object is a Secret: the sensitive fields of its patches are replaced whole.
+	secret    bool
+	redactors []*audit.Redactor
+}
+
+// redaction returns the redaction of the evaluation: the object's values when it is a Secret, both stored
+// and as the policies leave it (final, nil when unknown), and the values of the Secrets the bindings of
+// policies with paramKind Secret read as params for it (a policy may copy them into the object).
+func (e *evaluation) redaction(final map[string]any) redaction {
+	r := redaction{secret: isSecret(e.gvk)}
+	if r.secret {
+		data, stringData := map[string]any{}, map[string]any{}
+		for i, content := range []map[string]any{e.stored.Object, final} {
+			for field, into := range map[string]map[string]any{"data": data, "stringData": stringData} {
+				if m, ok := content[field].(map[string]any); ok {
+					for k, v := range m {
+						into[fmt.Sprintf("%d/%s", i, k)] = v
+					}
+				}
+			}
+		}
+		secret := map[string]any{"data": data, "stringData": stringData}
+		if md, ok := e.stored.Object["metadata"]; ok {
+			secret["metadata"] = md
+		}
+		r.add(audit.NewSecretRedactor(secret))
 	}
-	data, stringData := map[string]any{}, map[string]any{}
-	for i, content := range []map[string]any{e.stored.Object, final} {
-		for field, into := range map[string]map[string]any{"data": data, "stringData": stringData} {
-			if m, ok := content[field].(map[string]any); ok {
-				for k, v := range m {
-					into[fmt.Sprintf("%d/%s", i, k)] = v
+	for _, h := range e.set.hooks {
+		pk := h.Policy.Spec.ParamKind
+		if pk == nil || pk.APIVersion != "v1" || pk.Kind != "Secret" || h.ParamInformer == nil {
+			continue
+		}
+		for _, b := range h.Bindings {
+			params, err := generic.CollectParams(pk, h.ParamInformer, h.ParamScope,
+				mutating.NewMutatingAdmissionPolicyBindingAccessor(b).GetParamRef(), e.stored.GetNamespace(), nil, nil)
+			if err != nil {
+				continue // the evaluation reports it; no value was read
+			}
+			for _, param := range params {
+				if param == nil {
+					continue
+				}
+				if content, err := runtime.DefaultUnstructuredConverter.ToUnstructured(param); err == nil {
+					r.add(audit.NewSecretRedactor(content))
 				}
 			}
 		}
 	}
-	secret := map[string]any{"data": data, "stringData": stringData}
-	if md, ok := e.stored.Object["metadata"]; ok {
-		secret["metadata"] = md
+	return r
+}
+
+func (r *redaction) add(red *audit.Redactor) {
+	if red != nil {
+		r.redactors = append(r.redactors, red)
 	}
-	return audit.NewSecretRedactor(secret)
 }
 
-func isSecret(gvk schema.GroupVersionKind) bool {
-	return gvk.Group == "" && gvk.Version == "v1" && gvk.Kind == "Secret"
+// String returns s without the values.
+func (r redaction) String(s string) string {
+	for _, red := range r.redactors {
+		s = red.String(s)
+	}
+	return s
 }
 
-// redactSecret replaces, in a Secret's patch, every value under data and stringData and the
-// last-applied-configuration annotation by audit.RedactionMarker, and redacts the Secret's values from every
-// other string.
-func redactSecret(secret bool, ops []Operation, redactor *audit.Redactor) []Operation {
-	if !secret {
+// Ops redacts the values of ops in place and returns them. In a Secret's patch, every value under data and
+// stringData and the last-applied-configuration annotation is replaced by audit.RedactionMarker.
+func (r redaction) Ops(ops []Operation) []Operation {
+	if !r.secret && len(r.redactors) == 0 {
 		return ops
 	}
 	for i, op := range ops {
 		if op.Op != opRemove {
-			ops[i].Value = redactAt(op.Path, op.Value, redactor)
+			ops[i].Value = r.at(op.Path, op.Value)
 		}
 	}
 	return ops
 }
 
-// redactAt redacts v, the value at the JSON pointer path of a Secret.
-func redactAt(path string, v any, redactor *audit.Redactor) any {
-	if sensitive(path) {
+// at redacts v, the value at the JSON pointer path of the object.
+func (r redaction) at(path string, v any) any {
+	if r.secret && sensitive(path) {
 		return audit.RedactionMarker
 	}
 	switch x := v.(type) {
 	case string:
-		return redactor.String(x)
+		return r.String(x)
 	case map[string]any:
 		out := make(map[string]any, len(x))
 		for k, w := range x {
-			out[k] = redactAt(path+"/"+escapePointer(k), w, redactor)
+			out[k] = r.at(path+"/"+escapePointer(k), w)
 		}
 		return out
 	case []any:
 		out := make([]any, len(x))
 		for i, w := range x {
-			out[i] = redactAt(fmt.Sprintf("%s/%d", path, i), w, redactor)
+			out[i] = r.at(fmt.Sprintf("%s/%d", path, i), w)
 		}
 		return out
 	}
 	return v
+}
+
+func isSecret(gvk schema.GroupVersionKind) bool {
+	return gvk.Group == "" && gvk.Version == "v1" && gvk.Kind == "Secret"
 }
 
 // sensitive says whether the value at path in a Secret is secret: its data and stringData, and the

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/celaudit/celaudit/internal/admit"
@@ -256,5 +257,68 @@ data: {password: %s}
 	}
 	if got := out.Results[2].Patch; got != `[{"op":"add","path":"/metadata/labels","value":{"team":"blue"}}]` {
 		t.Errorf("label patch %s", got)
+	}
+}
+
+// TestEvaluateConcurrently evaluates objects from several goroutines with one Set, as the scanner's workers
+// do, and expects each outcome to be the one a lone evaluation gives.
+func TestEvaluateConcurrently(t *testing.T) {
+	set := newSet(t,
+		policy("a-derive", "configmaps", "UPDATE", "", applyConfig(`has(object.metadata.labels) && "tier" in object.metadata.labels ? Object{metadata: Object.metadata{annotations: {"derived": object.metadata.labels["tier"]}}} : Object{}`)),
+		binding("a-derive"),
+		policy("b-tier", "configmaps", "UPDATE", "", applyConfig(`Object{metadata: Object.metadata{labels: {"tier": object.metadata.name}}}`)),
+		binding("b-tier"))
+	// b-tier sets the label after a-derive ran; a-derive is not reinvoked (reinvocationPolicy: Never), so
+	// only the label changes.
+	const workers, perWorker = 4, 25
+	objects := make([][]*unstructured.Unstructured, workers)
+	for w := range workers {
+		for i := range perWorker {
+			name := fmt.Sprintf("cm-%d-%d", w, i)
+			objects[w] = append(objects[w], object(t, strings.Replace(bareConfigMap, "name: a,", "name: "+name+",", 1)))
+		}
+	}
+	errs := make(chan error, workers)
+	for w := range workers {
+		go func() {
+			for _, obj := range objects[w] {
+				name := obj.GetName()
+				out := set.Evaluate(t.Context(), configMapsGVR, obj)
+				data, _ := json.Marshal(out.Patch)
+				if want := `[{"op":"add","path":"/metadata/labels","value":{"tier":"` + name + `"}}]`; string(data) != want {
+					errs <- fmt.Errorf("%s: patch %s, want %s", name, data, want)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+// TestSecretParamValuesNeverReported copies a value of a Secret read as a param into a ConfigMap: neither the
+// patch nor the message may carry it.
+func TestSecretParamValuesNeverReported(t *testing.T) {
+	out := evaluate(t, configMapsGVR, object(t, bareConfigMap),
+		policy("copy", "configmaps", "UPDATE", "  paramKind: {apiVersion: v1, kind: Secret}",
+			applyConfig(`Object{metadata: Object.metadata{annotations: {"token": string(params.data.token)}}}`)),
+		`apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: copy}
+spec: {policyName: copy, paramRef: {name: token, namespace: default, parameterNotFoundAction: Deny}}
+`)
+	data, err := json.Marshal(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), paramSecretValue) {
+		t.Errorf("the outcome carries the param's value: %s", data)
+	}
+	if len(out.Results) != 1 || out.Results[0].Patch != `[{"op":"add","path":"/metadata/annotations","value":{"token":"[redacted]"}}]` {
+		t.Errorf("results %+v, want one warn with the value redacted", out.Results)
 	}
 }

@@ -48,7 +48,10 @@ func (n namespaces) Get(name string) (*corev1.Namespace, error) {
 	return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
 }
 
-// params is a ParamSource over typed objects.
+// paramSecretValue is the value of the Secret served as a param.
+const paramSecretValue = "s3cr3t-token-value"
+
+// params is a ParamSource over typed objects, whatever their kind.
 type params []runtime.Object
 
 func (p params) Get(_ schema.GroupVersionKind, namespace, name string) (runtime.Object, error) {
@@ -85,6 +88,7 @@ func testDeps(t testing.TB) vap.Deps {
 		},
 		Params: params{
 			&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "team"}, Data: map[string]string{"team": "blue"}},
+			&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "token"}, Data: map[string][]byte{"token": []byte(paramSecretValue)}},
 		},
 		Resolver: r,
 	}
