@@ -58,9 +58,6 @@ func Compile(policy *admissionregistrationv1.MutatingAdmissionPolicy) (c *Compil
 	return c
 }
 
-// Name returns the policy's name.
-func (c *Compiled) Name() string { return c.policy.Name }
-
 // compilePolicy is the API server's compilePolicy, with each patcher wrapped so that the evaluation can tell
 // which policy changed what (see recorder).
 func compilePolicy(policy *admissionregistrationv1.MutatingAdmissionPolicy) mutating.PolicyEvaluator {

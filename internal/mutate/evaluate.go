@@ -65,9 +65,6 @@ type Outcome struct {
 	Patch []Operation
 }
 
-// Drifted reports whether the policies would change the object.
-func (o Outcome) Drifted() bool { return len(o.Patch) > 0 }
-
 // Evaluate judges obj, a stored object read at gvr, as the API server's MutatingAdmissionPolicy plugin would
 // judge the next request to write it: an UPDATE with object and oldObject both the stored object when some
 // policy and binding match UPDATE for it, else a CREATE of it (a re-create would get that). The policies run
@@ -78,7 +75,12 @@ func (o Outcome) Drifted() bool { return len(o.Patch) > 0 }
 func (s *Set) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (out Outcome) {
 	defer func() {
 		if r := recover(); r != nil {
-			out = Outcome{Operation: out.Operation, Denied: fmt.Sprintf("internal error evaluating mutating admission policies: %v", r)}
+			message := fmt.Sprintf("internal error evaluating mutating admission policies: %v", r)
+			for i := range out.Results {
+				out.Results[i] = Result{Policy: out.Results[i].Policy, Operation: out.Operation,
+					FailurePolicy: out.Results[i].FailurePolicy, Verdict: audit.Error, Message: message}
+			}
+			out.Denied, out.Patch = message, nil
 		}
 	}()
 	if len(s.hooks) == 0 || exempt(gvr.GroupResource()) {

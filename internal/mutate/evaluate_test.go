@@ -8,7 +8,11 @@ import (
 	"strings"
 	"testing"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 
 	"github.com/celaudit/celaudit/internal/admit"
@@ -320,5 +324,35 @@ spec: {policyName: copy, paramRef: {name: token, namespace: default, parameterNo
 	}
 	if len(out.Results) != 1 || out.Results[0].Patch != `[{"op":"add","path":"/metadata/annotations","value":{"token":"[redacted]"}}]` {
 		t.Errorf("results %+v, want one warn with the value redacted", out.Results)
+	}
+}
+
+// panickingParams panics on every read, as a buggy cache might.
+type panickingParams struct{}
+
+func (panickingParams) Get(schema.GroupVersionKind, string, string) (runtime.Object, error) {
+	panic("boom")
+}
+
+func (panickingParams) List(schema.GroupVersionKind, string, labels.Selector) ([]runtime.Object, error) {
+	panic("boom")
+}
+
+// TestPanicIsAnErrorResult: a panic while evaluating fails the object's results, it does not stop the caller.
+func TestPanicIsAnErrorResult(t *testing.T) {
+	deps := testDeps(t)
+	deps.Params = panickingParams{}
+	p := fromYAML[admissionregistrationv1.MutatingAdmissionPolicy](t, policy("p", "configmaps", "UPDATE",
+		"  paramKind: {apiVersion: v1, kind: ConfigMap}", applyConfig(teamLabel)))
+	b := fromYAML[admissionregistrationv1.MutatingAdmissionPolicyBinding](t, `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: p}
+spec: {policyName: p, paramRef: {name: team, namespace: default, parameterNotFoundAction: Deny}}
+`)
+	set := NewSet([]*Compiled{Compile(p)}, []*admissionregistrationv1.MutatingAdmissionPolicyBinding{b}, NewTypes(nil), deps)
+	out := set.Evaluate(t.Context(), configMapsGVR, object(t, bareConfigMap))
+	if len(out.Results) != 1 || out.Results[0].Verdict != audit.Error || !strings.Contains(out.Results[0].Message, "boom") {
+		t.Errorf("results %+v, want one error naming the panic", out.Results)
 	}
 }

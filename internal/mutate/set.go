@@ -107,21 +107,12 @@ func (s *Set) params(gvk schema.GroupVersionKind) (inf informers.GenericInformer
 	return vap.NewParamInformer(s.deps.Params, gvk), scope, nil
 }
 
-// Policies returns the names of the policies the Set applies, in evaluation order.
-func (s *Set) Policies() []string {
-	out := make([]string, len(s.hooks))
-	for i, h := range s.hooks {
-		out[i] = h.Policy.Name
-	}
-	return out
-}
-
 // typeConverters gives the dispatcher the type converters of Types; the API server's manager reads them from
 // its own OpenAPI instead.
 type typeConverters struct{ types *Types }
 
 func (t typeConverters) GetTypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
-	return t.types.TypeConverter(gvk)
+	return t.types.typeConverter(gvk)
 }
 
 func (typeConverters) Run(context.Context) {}

@@ -91,9 +91,9 @@ func (t *Types) builtinKind(gvk schema.GroupVersionKind) bool {
 	return !custom && t.scheme.Recognizes(gvk)
 }
 
-// TypeConverter returns the type converter of gvk, nil when the kind is unknown (the API server then refuses
+// typeConverter returns the type converter of gvk, nil when the kind is unknown (the API server then refuses
 // the request as the MutatingAdmissionPolicy plugin does).
-func (t *Types) TypeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
+func (t *Types) typeConverter(gvk schema.GroupVersionKind) managedfields.TypeConverter {
 	if k, ok := t.custom[gvk]; ok {
 		return k.converter
 	}
