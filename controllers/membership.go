@@ -1,0 +1,183 @@
+package controllers
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/celaudit/celaudit/internal/shard"
+)
+
+// membership is this replica's place in a sharded audit, as the options give it. Its zero value is no
+// sharding: one replica (the leader, with leader election) audits everything.
+type membership struct {
+	// source tells the layout; nil when the audit is not sharded.
+	source shard.Source
+	// statefulSet is set when the members are the pods of a StatefulSet, which source follows.
+	statefulSet *statefulSetMembership
+}
+
+// sharded reports whether this replica is a member of a sharded audit: every member audits and writes the
+// reports of what it owns, leader or not.
+func (m membership) sharded() bool { return m.source != nil }
+
+// membership checks the --shard-* flags and returns the membership they make.
+func (o Options) membership() (membership, error) {
+	static := o.ShardIndex.Given || o.ShardCount.Given
+	switch {
+	case o.Shard != nil && (static || o.ShardStatefulSet != ""):
+		return membership{}, fmt.Errorf("the options set a shard source and the --shard-* flags: use one")
+	case o.Shard != nil:
+		return membership{source: o.Shard}, nil
+	case static && o.ShardStatefulSet != "":
+		return membership{}, fmt.Errorf("--shard-statefulset (members from a StatefulSet) and --shard-index/--shard-count (fixed members) exclude each other")
+	case static:
+		return o.staticMembership()
+	case o.ShardStatefulSet != "":
+		return o.statefulSetMembership()
+	}
+	return membership{}, nil
+}
+
+// staticMembership returns the fixed membership of --shard-index and --shard-count.
+func (o Options) staticMembership() (membership, error) {
+	switch {
+	case !o.ShardIndex.Given:
+		return membership{}, fmt.Errorf("--shard-count=%d needs --shard-index, this replica's index among the members", o.ShardCount.N)
+	case !o.ShardCount.Given:
+		return membership{}, fmt.Errorf("--shard-index=%d needs --shard-count, the number of members", o.ShardIndex.N)
+	case o.ShardCount.N < 1:
+		return membership{}, fmt.Errorf("--shard-count must be at least 1, got %d", o.ShardCount.N)
+	case o.ShardIndex.N < 0 || o.ShardIndex.N >= o.ShardCount.N:
+		return membership{}, fmt.Errorf("--shard-index must be in 0..%d (--shard-count=%d), got %d", o.ShardCount.N-1, o.ShardCount.N, o.ShardIndex.N)
+	}
+	return membership{source: shard.Static(shard.Layout{Index: o.ShardIndex.N, Count: o.ShardCount.N})}, nil
+}
+
+// statefulSetMembership returns the membership of --shard-statefulset: this pod's ordinal in it, the layout
+// not known until the StatefulSet is read.
+func (o Options) statefulSetMembership() (membership, error) {
+	set := o.ShardStatefulSet
+	if o.PodName == "" {
+		return membership{}, fmt.Errorf("--shard-statefulset=%s needs this pod's name, whose ordinal is its index: set --pod-name or $POD_NAME (the downward API's metadata.name)", set)
+	}
+	ordinal, err := shard.Ordinal(set, o.PodName)
+	if err != nil {
+		return membership{}, fmt.Errorf("--shard-statefulset: %w", err)
+	}
+	namespace := o.PodNamespace
+	if namespace == "" {
+		data, err := os.ReadFile(inClusterNamespace)
+		if err != nil {
+			return membership{}, fmt.Errorf("--shard-statefulset needs the StatefulSet's namespace outside a pod: set --pod-namespace or $POD_NAMESPACE (reading the pod's namespace: %w)", err)
+		}
+		namespace = strings.TrimSpace(string(data))
+	}
+	m := &statefulSetMembership{Namespace: namespace, Name: set, Ordinal: ordinal, Layouts: &shard.Dynamic{}}
+	return membership{source: m.Layouts, statefulSet: m}, nil
+}
+
+// statefulSetMembership keeps a member's layout from the StatefulSet whose pods are the members: the index
+// is the pod's ordinal, the count the StatefulSet's spec.replicas, the epoch its metadata.generation, which
+// scaling raises. The StatefulSet is watched, not polled; a pod whose ordinal is not below the count (being
+// scaled away) owns nothing.
+type statefulSetMembership struct {
+	Namespace, Name string
+	Ordinal         int
+	Layouts         *shard.Dynamic
+	// Client reads the StatefulSet from the cache, which holds it alone; APIReader from the API server, when
+	// a report written under a higher epoch says that the cache is behind.
+	Client    client.Reader
+	APIReader client.Reader
+}
+
+
+func (m *statefulSetMembership) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
+	return ctrl.Result{}, m.read(ctx, m.Client)
+}
+
+// Refresh reads the StatefulSet from the API server and sets the layout from it: a report written under a
+// higher epoch than this member's says that the membership changed and the watch has yet to tell.
+func (m *statefulSetMembership) Refresh(ctx context.Context) error {
+	return m.read(ctx, m.APIReader)
+}
+
+// read sets the layout from the StatefulSet as r holds it. A StatefulSet gone leaves the layout as it was:
+// its pods, this one included, are being deleted with it.
+func (m *statefulSetMembership) read(ctx context.Context, r client.Reader) error {
+	set := &appsv1.StatefulSet{}
+	if err := r.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Name}, set); err != nil {
+		if apierrors.IsNotFound(err) {
+			ctrl.LoggerFrom(ctx).Info("The StatefulSet of the shard members is not found: the layout stays as it was",
+				"statefulSet", m.Namespace+"/"+m.Name)
+			return nil
+		}
+		return fmt.Errorf("reading StatefulSet %s/%s, whose pods are the shard members: %w", m.Namespace, m.Name, err)
+	}
+	l := m.layoutOf(set)
+	if before, known := m.Layouts.Layout(); !known || before != l {
+		ctrl.LoggerFrom(ctx).Info("Shard layout", "layout", l.String(), "ordinal", m.Ordinal,
+			"replicas", l.Count, "epoch", l.Epoch)
+	}
+	m.Layouts.Set(l)
+	return nil
+}
+
+// layoutOf returns this member's layout in set. An older generation than the one known (a stale read) keeps
+// the known layout: epochs never go back.
+func (m *statefulSetMembership) layoutOf(set *appsv1.StatefulSet) shard.Layout {
+	if known, ok := m.Layouts.Layout(); ok && known.Epoch > set.Generation {
+		return known
+	}
+	return shard.Member(m.Ordinal, int(ptr.Deref(set.Spec.Replicas, 1)), set.Generation)
+}
+
+// cacheOptions restricts the cache's StatefulSets to the members' one: the namespaced Role of
+// config/rbac/shard_membership_role.yaml allows no more.
+func (m *statefulSetMembership) cacheOptions() cache.ByObject {
+	return cache.ByObject{
+		Namespaces: map[string]cache.Config{m.Namespace: {}},
+		Field:      fields.OneTermEqualSelector("metadata.name", m.Name),
+	}
+}
+
+// SetupWithManager watches the StatefulSet, on every replica: the membership is what each member needs
+// before it audits anything, leader or not.
+func (m *statefulSetMembership) SetupWithManager(mgr ctrl.Manager, o Options) error {
+	m.Client, m.APIReader = mgr.GetClient(), mgr.GetAPIReader()
+	return ctrl.NewControllerManagedBy(mgr).For(&appsv1.StatefulSet{}).Named("shard-membership").
+		WithOptions(controller.Options{NeedLeaderElection: ptr.To(false), SkipNameValidation: ptr.To(o.SkipControllerChecks)}).
+		Complete(m)
+}
+
+// everyMember runs a runnable on every replica, leader or not: in a sharded audit each member audits and
+// writes the reports of what it owns.
+type everyMember struct{ manager.Runnable }
+
+// NeedLeaderElection is false: see everyMember.
+func (everyMember) NeedLeaderElection() bool { return false }
+
+// memberManager is a manager whose runnables, controllers included, run on every replica.
+type memberManager struct{ ctrl.Manager }
+
+// Add adds r to run on every replica.
+func (m memberManager) Add(r manager.Runnable) error { return m.Manager.Add(everyMember{r}) }
+
+// forMembers returns mgr, or, in a sharded audit, mgr running what it is given on every replica.
+func forMembers(mgr ctrl.Manager, m membership) ctrl.Manager {
+	if !m.sharded() {
+		return mgr
+	}
+	return memberManager{mgr}
+}
