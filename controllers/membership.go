@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -16,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/celaudit/celaudit/internal/scan"
 	"github.com/celaudit/celaudit/internal/shard"
 )
 
@@ -180,4 +184,86 @@ func forMembers(mgr ctrl.Manager, m membership) ctrl.Manager {
 		return mgr
 	}
 	return memberManager{mgr}
+}
+
+// memberWrites are the resources every member of a sharded audit writes whether it leads or not: its
+// reports, of either API, and Events.
+func memberWrites() []schema.GroupResource {
+	out := []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}}
+	for _, api := range []reportAPI{wgpolicyAPI{}, openReportsAPI{}} {
+		namespaced, cluster := api.kinds()
+		for _, gvk := range []schema.GroupVersionKind{namespaced, cluster} {
+			plural, _ := meta.UnsafeGuessKindToResource(gvk)
+			out = append(out, plural.GroupResource())
+		}
+	}
+	return out
+}
+
+// releaseMember releases the scanner once the start-up gate is open and, in a sharded audit, this member's
+// layout is known and owns something: its first LIST already carries its range. Release is idempotent.
+func releaseMember(sc *scan.Scanner, startup *startupGate, members membership) {
+	if !startup.Open() {
+		return
+	}
+	if members.sharded() {
+		if l, known := members.source.Layout(); !known || l.None {
+			return
+		}
+	}
+	sc.Release()
+}
+
+// memberReady returns why a member of a sharded audit is not ready yet: its layout is not known. A member
+// that owns nothing (a pod being scaled away) has nothing to audit.
+func memberReady(members membership) error {
+	if _, known := members.source.Layout(); known {
+		return nil
+	}
+	if set := members.statefulSet; set != nil {
+		return fmt.Errorf("shard layout not known yet: reading StatefulSet %s/%s", set.Namespace, set.Name)
+	}
+	return fmt.Errorf("shard layout not known yet")
+}
+
+// setupMembership wires a sharded audit's membership: the StatefulSet watch that sets the layout, and what
+// each layout changes. The scanner reads the namespaces the layout owns (and relists on a change), is
+// released once the first layout is known, and the report reconcilers look at every namespace again: they
+// rewrite those now owned once the relist is done, and stop touching the others.
+func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditParts, apis []reportAPI) error {
+	if !members.sharded() {
+		return nil
+	}
+	if set := members.statefulSet; set != nil {
+		if err := set.SetupWithManager(mgr, o); err != nil {
+			return fmt.Errorf("setting up the shard membership: %w", err)
+		}
+	}
+	apply := func(l shard.Layout) {
+		if !l.None {
+			a.scan.SetShard(l)
+		}
+		releaseMember(a.scan, a.startup, members)
+		for _, ns := range a.store.Namespaces() {
+			a.notifier.Notify(ns)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for _, api := range apis {
+			namespaces, err := api.namespaces(ctx, mgr.GetClient())
+			if err != nil {
+				mgr.GetLogger().Error(err, "Listing the namespaces of celaudit's reports after a shard layout change")
+				continue
+			}
+			for _, ns := range namespaces {
+				a.notifier.Notify(ns)
+			}
+		}
+	}
+	members.source.Subscribe(apply)
+	if l, known := members.source.Layout(); known {
+		// Static, or set before: the scanner's first LIST carries the range.
+		a.scan.SetShard(l)
+	}
+	return nil
 }
