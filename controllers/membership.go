@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -30,6 +31,19 @@ type membership struct {
 	source shard.Source
 	// statefulSet is set when the members are the pods of a StatefulSet, which source follows.
 	statefulSet *statefulSetMembership
+	// scanned is the layout the scanner was last given (see setupMembership).
+	scanned *atomic.Pointer[shard.Layout]
+}
+
+// scanning reports whether the scanner reads under the current layout: between a layout change and the
+// scanner being told, the results are still those of the previous layout, and reports wait.
+func (m membership) scanning() bool {
+	if !m.sharded() {
+		return true
+	}
+	l, known := m.source.Layout()
+	scanned := m.scanned.Load()
+	return known && scanned != nil && *scanned == l
 }
 
 // sharded reports whether this replica is a member of a sharded audit: every member audits and writes the
@@ -43,7 +57,7 @@ func (o Options) membership() (membership, error) {
 	case o.Shard != nil && (static || o.ShardStatefulSet != ""):
 		return membership{}, fmt.Errorf("the options set a shard source and the --shard-* flags: use one")
 	case o.Shard != nil:
-		return membership{source: o.Shard}, nil
+		return membership{source: o.Shard, scanned: &atomic.Pointer[shard.Layout]{}}, nil
 	case static && o.ShardStatefulSet != "":
 		return membership{}, fmt.Errorf("--shard-statefulset (members from a StatefulSet) and --shard-index/--shard-count (fixed members) exclude each other")
 	case static:
@@ -66,7 +80,8 @@ func (o Options) staticMembership() (membership, error) {
 	case o.ShardIndex.N < 0 || o.ShardIndex.N >= o.ShardCount.N:
 		return membership{}, fmt.Errorf("--shard-index must be in 0..%d (--shard-count=%d), got %d", o.ShardCount.N-1, o.ShardCount.N, o.ShardIndex.N)
 	}
-	return membership{source: shard.Static(shard.Layout{Index: o.ShardIndex.N, Count: o.ShardCount.N})}, nil
+	l := shard.Layout{Index: o.ShardIndex.N, Count: o.ShardCount.N}
+	return membership{source: shard.Static(l), scanned: &atomic.Pointer[shard.Layout]{}}, nil
 }
 
 // statefulSetMembership returns the membership of --shard-statefulset: this pod's ordinal in it, the layout
@@ -89,7 +104,7 @@ func (o Options) statefulSetMembership() (membership, error) {
 		namespace = strings.TrimSpace(string(data))
 	}
 	m := &statefulSetMembership{Namespace: namespace, Name: set, Ordinal: ordinal, Layouts: &shard.Dynamic{}}
-	return membership{source: m.Layouts, statefulSet: m}, nil
+	return membership{source: m.Layouts, statefulSet: m, scanned: &atomic.Pointer[shard.Layout]{}}, nil
 }
 
 // statefulSetMembership keeps a member's layout from the StatefulSet whose pods are the members: the index
@@ -243,6 +258,7 @@ func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditPa
 		if !l.None {
 			a.scan.SetShard(l)
 		}
+		members.scanned.Store(&l)
 		releaseMember(a.scan, a.startup, members)
 		for _, ns := range a.store.Namespaces() {
 			a.notifier.Notify(ns)
@@ -263,7 +279,10 @@ func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditPa
 	members.source.Subscribe(apply)
 	if l, known := members.source.Layout(); known {
 		// Static, or set before: the scanner's first LIST carries the range.
-		a.scan.SetShard(l)
+		if !l.None {
+			a.scan.SetShard(l)
+		}
+		members.scanned.Store(&l)
 	}
 	return nil
 }

@@ -604,7 +604,7 @@ func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes
 			Options:    report.Options{ListVerdicts: s.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
 			Coalesce:   o.ReportCoalesce,
 			Writes:     writes,
-			Rescanning: func() bool { return !a.scan.Synced() },
+			Rescanning: func() bool { return !a.scan.Synced() || !s.members.scanning() },
 			inFlight:   inFlight,
 			api:        api,
 			peers:      slices.Delete(slices.Clone(s.reportAPIs), i, i+1),
