@@ -11,8 +11,8 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -120,7 +120,6 @@ type statefulSetMembership struct {
 	Client    client.Reader
 	APIReader client.Reader
 }
-
 
 func (m *statefulSetMembership) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Result, error) {
 	return ctrl.Result{}, m.read(ctx, m.Client)

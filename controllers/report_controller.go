@@ -364,7 +364,9 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 		return err
 	}, false)
 	update := expecting(func(o client.Object) error { return r.Client.Update(ctx, o) }, false)
-	remove := expecting(func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o, r.deleteOptions(o)...)) }, true)
+	remove := expecting(func(o client.Object) error {
+		return client.IgnoreNotFound(r.Client.Delete(ctx, o, r.deleteOptions(o)...))
+	}, true)
 	var writes []func() error
 	writes = appendWrites(writes, creates, create)
 	writes = appendWrites(writes, updates, update)

@@ -216,7 +216,10 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 		var answered metadataOf
 		if json.Unmarshal(body, &answered) == nil {
 			c.ShardInfo = answered.Metadata.ShardInfo != nil
-			fmt.Sscan(answered.Metadata.ResourceVersion, &c.Revision)
+			if _, err := fmt.Sscan(answered.Metadata.ResourceVersion, &c.Revision); err != nil && c.reportWrite() {
+				return nil, fmt.Errorf("the API server answered member %s's write of %s with resourceVersion %q: %w",
+					rec.member.name, c.Path, answered.Metadata.ResourceVersion, err)
+			}
 		}
 	}
 	rec.member.mu.Lock()
@@ -345,4 +348,3 @@ func (l *lockedBuffer) tail(n int) string {
 	lines := strings.Split(strings.TrimRight(l.b.String(), "\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
-

@@ -404,10 +404,6 @@ func (c *cluster) assertSingleWriter(t *testing.T) {
 	}
 	sort.Slice(writes, func(i, j int) bool { return writes[i].Revision < writes[j].Revision })
 	type report struct{ namespace, name string }
-	type epochWriter struct {
-		epoch  int64
-		member string
-	}
 	lastEpoch := map[report]int64{}
 	writers := map[report]map[int64]string{}
 	members := map[string]bool{}
