@@ -356,6 +356,7 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 		Withheld:      o.withheldResources(),
 		OnReadError:   readErrors.ReadError,
 		OnSettled:     notifier.Recheck,
+		OnShardMode:   m.shardModeChanged,
 	})
 	if err := mgr.Add(sc); err != nil {
 		return nil, fmt.Errorf("adding the scanner: %w", err)

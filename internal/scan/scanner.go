@@ -71,6 +71,9 @@ type Options struct {
 	// watcher stops, and every watcher is then idle. It is called without the scanner's locks held, and may be
 	// called more than once for one settling (reads that end together, a watcher woken with nothing to read).
 	OnSettled func()
+	// OnShardMode, when set, is told how a resource is read when that changes (see ShardMode): whether the
+	// API server applies the member's shard selector or the member filters what it receives.
+	OnShardMode func(gvr schema.GroupVersionResource, mode ShardMode)
 }
 
 func (o *Options) defaults() {
@@ -147,6 +150,7 @@ func NewScanner(client Client, sink Sink, log logr.Logger, opts Options) *Scanne
 		panicked: map[audit.PolicyKey]string{},
 	}
 	s.index.Store(engine.NewSet())
+	s.view = newShardView(shard.Layout{}, 0)
 	if opts.Released {
 		s.Release()
 	}
@@ -252,32 +256,11 @@ func (s *Scanner) SetShard(l shard.Layout) {
 	}
 }
 
-// shardView is the layout a read is made under: its selector, sent with every LIST and WATCH, and the
-// generation of the layout, which the results of the read must still have when they are stored.
-type shardView struct {
-	layout   shard.Layout
-	gen      uint64
-	selector string // the wire form of the layout's selector; "" when it owns everything
-}
-
-func newShardView(l shard.Layout, gen uint64) shardView {
-	return shardView{layout: l, gen: gen, selector: l.Selector().String()}
-}
-
-// sharded reports whether the view reads a part of the objects only.
-func (v shardView) sharded() bool { return v.selector != "" }
-
 // currentView returns the layout reads are made under now.
 func (s *Scanner) currentView() shardView {
 	s.live.RLock()
 	defer s.live.RUnlock()
 	return s.view
-}
-
-// sameOwnership reports whether two layouts own the same objects: they differ in epoch at most.
-func sameOwnership(a, b shard.Layout) bool {
-	a.Epoch, b.Epoch = 0, 0
-	return a == b
 }
 
 // RemovePolicy removes a policy and every result it produced.

@@ -77,7 +77,8 @@ type watcher struct {
 	busy    bool
 	wake    chan struct{}
 
-	unreadable bool // guarded by mu: the last read failed and its error results are recorded
+	unreadable bool      // guarded by mu: the last read failed and its error results are recorded
+	shardMode  ShardMode // guarded by mu: how the last page was filtered
 
 	digests uidmap.Map[digest]
 	nsNames []string          // namespaces of digests, by index
@@ -322,7 +323,7 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 	// The next page is requested before the current one is evaluated, so that the API server encodes it
 	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
 	// idle during every request and the API server idle during every evaluation.
-	next := w.fetch(ctx, scope, opts)
+	next := w.fetch(ctx, scope, opts, view)
 	for next != nil {
 		got := <-next
 		next = nil
@@ -335,15 +336,20 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
 				opts.Continue = ""
 				*seen = uidmap.Map[struct{}]{}
-				next = w.fetch(ctx, scope, opts)
+				next = w.fetch(ctx, scope, opts, view)
 				continue
 			}
 			w.setReadError(got.err)
 			return "", fmt.Errorf("listing %s: %w", w.gvr, got.err)
 		}
+		if s.currentView().gen != view.gen {
+			// The layout changed while the page was read: it is not evaluated, nor the next one asked for.
+			s.returnPage(got)
+			return "", errShardChanged
+		}
 		page := got.page
 		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
-			next = w.fetch(ctx, scope, opts)
+			next = w.fetch(ctx, scope, opts, view)
 		}
 		err := w.evaluatePage(ctx, page, view.gen, every, only, seen)
 		s.returnPage(got)
@@ -375,10 +381,11 @@ type fetched struct {
 	token bool
 }
 
-// fetch reads one page in the background. It takes a page token before its request, which the reader gives
-// back with returnPage once the page is evaluated or dropped, so that the pages held across resources stay
-// bounded. The result is always delivered, also when ctx ends, so that no token is lost.
-func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions) <-chan fetched {
+// fetch reads one page in the background and leaves on it the objects of view's namespaces only (see
+// shardPage). It takes a page token before its request, which the reader gives back with returnPage once the
+// page is evaluated or dropped, so that the pages held across resources stay bounded. The result is always
+// delivered, also when ctx ends, so that no token is lost.
+func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions, view shardView) <-chan fetched {
 	out := make(chan fetched, 1)
 	go func() {
 		select {
@@ -388,6 +395,11 @@ func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListO
 			return
 		}
 		page, err := w.scanner.client.List(ctx, w.gvr, namespace, opts)
+		if err == nil {
+			if err = w.shardPage(page, view); err != nil {
+				err = fmt.Errorf("filtering a page on the shard selector: %w", err)
+			}
+		}
 		out <- fetched{page: page, err: err, token: true}
 	}()
 	return out
@@ -437,13 +449,18 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uin
 			mu.Unlock()
 		}
 	}
-	n := page.Len()
-	workers := min(w.scanner.opts.Workers, n)
+	forEach(page.Len(), w.scanner.opts.Workers, evaluate)
+	return firstErr
+}
+
+// forEach calls fn with 0..n-1 on up to workers goroutines, and returns when every call has.
+func forEach(n, workers int, fn func(i int)) {
+	workers = min(workers, n)
 	if workers <= 1 {
 		for i := range n {
-			evaluate(i)
+			fn(i)
 		}
-		return firstErr
+		return
 	}
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -452,7 +469,7 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uin
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				evaluate(i)
+				fn(i)
 			}
 		}()
 	}
@@ -461,7 +478,6 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uin
 	}
 	close(next)
 	wg.Wait()
-	return firstErr
 }
 
 // watch follows changes from lastRV until the watch ends, a rescan is requested or ctx is done. It reports
@@ -480,6 +496,7 @@ func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
 	if err != nil {
 		return apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching %s: %w", w.gvr, err)
 	}
+	wi = shardWatch(wi, view)
 	defer wi.Stop()
 	for {
 		select {
