@@ -67,7 +67,8 @@ type call struct {
 	Epoch int64
 	Shard string
 	// Revision is the resourceVersion of the report the API server answered a write with: etcd's revision
-	// of the write, which orders the writes of every member.
+	// of the write, which orders the writes of every member. A deletion has its precondition's, the revision
+	// it deleted: nothing was written in between.
 	Revision int64
 	Status   int // 0 when no answer came
 }
@@ -178,7 +179,12 @@ type recording struct {
 
 // metadataOf is the part of a report, or of a list, that the recording reads.
 type metadataOf struct {
+	// Preconditions are those of a DeleteOptions.
+	Preconditions struct {
+		ResourceVersion string `json:"resourceVersion"`
+	} `json:"preconditions"`
 	Metadata struct {
+		Name            string            `json:"name"`
 		ResourceVersion string            `json:"resourceVersion"`
 		Annotations     map[string]string `json:"annotations"`
 		ShardInfo       *json.RawMessage  `json:"shardInfo"`
@@ -188,7 +194,7 @@ type metadataOf struct {
 func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := describe(req)
 	c.Member = rec.member.name
-	if c.reportWrite() && req.Body != nil && c.Verb != "delete" {
+	if c.reportWrite() && req.Body != nil {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
 			return nil, err
@@ -198,7 +204,20 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 		if err := json.Unmarshal(body, &written); err != nil {
 			return nil, fmt.Errorf("decoding the report written by member %s: %w", rec.member.name, err)
 		}
-		c.Epoch, c.Shard = epochOf(written.Metadata.Annotations), written.Metadata.Annotations["celaudit.io/shard"]
+		switch c.Verb {
+		case "delete":
+			// The deletion happened at the revision its precondition names, before any later write.
+			if rv := written.Preconditions.ResourceVersion; rv != "" {
+				if _, err := fmt.Sscan(rv, &c.Revision); err != nil {
+					return nil, fmt.Errorf("member %s deleted %s on resourceVersion %q: %w", rec.member.name, c.Path, rv, err)
+				}
+			}
+		case "create":
+			c.Name = written.Metadata.Name // the path names the collection
+			fallthrough
+		default:
+			c.Epoch, c.Shard = epochOf(written.Metadata.Annotations), written.Metadata.Annotations["celaudit.io/shard"]
+		}
 	}
 	resp, err := rec.upstream.RoundTrip(req)
 	if resp != nil {
@@ -206,7 +225,7 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The answers read whole: a report written (its revision), a LIST of the scanner (whether the API server
 	// applied the shardSelector). Watches stream, and are not read.
-	if err == nil && c.ok() && (c.reportWrite() || (c.Verb == "list" && c.ShardSelector != "")) {
+	if err == nil && c.ok() && ((c.reportWrite() && c.Verb != "delete") || (c.Verb == "list" && c.ShardSelector != "")) {
 		body, readErr := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if readErr != nil {

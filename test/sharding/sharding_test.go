@@ -388,13 +388,16 @@ func (c *cluster) assertSingleWriter(t *testing.T) {
 	var writes []call
 	for _, m := range c.all() {
 		own := m.recorded(func(x call) bool { return x.reportWrite() && x.ok() })
-		// A deletion carries no annotations: it was made under the member's last epoch before it.
-		var last int64 = -1
+		// A deletion carries no annotations: it was made under the member's layout of its last write before.
+		var (
+			last      int64 = -1
+			lastShard string
+		)
 		for i := range own {
 			if own[i].Verb == "delete" {
-				own[i].Epoch = last
+				own[i].Epoch, own[i].Shard = last, lastShard
 			} else {
-				last = own[i].Epoch
+				last, lastShard = own[i].Epoch, own[i].Shard
 			}
 		}
 		writes = append(writes, own...)
@@ -402,7 +405,18 @@ func (c *cluster) assertSingleWriter(t *testing.T) {
 	if len(writes) == 0 {
 		t.Fatal("no member wrote a report")
 	}
-	sort.Slice(writes, func(i, j int) bool { return writes[i].Revision < writes[j].Revision })
+	for _, w := range writes {
+		if w.Revision == 0 {
+			t.Errorf("a write the API server's order cannot place (a deletion without a precondition?): %s", w)
+		}
+	}
+	// By revision; a deletion after the write whose revision its precondition names.
+	sort.SliceStable(writes, func(i, j int) bool {
+		if writes[i].Revision != writes[j].Revision {
+			return writes[i].Revision < writes[j].Revision
+		}
+		return writes[i].Verb != "delete" && writes[j].Verb == "delete"
+	})
 	type report struct{ namespace, name string }
 	lastEpoch := map[report]int64{}
 	writers := map[report]map[int64]string{}
@@ -410,15 +424,13 @@ func (c *cluster) assertSingleWriter(t *testing.T) {
 	for _, w := range writes {
 		members[w.Member] = true
 		key := report{w.Namespace, w.Name}
-		if w.Verb != "delete" {
-			var index, count int
-			if _, err := fmt.Sscanf(w.Shard, "%d/%d", &index, &count); err != nil || w.Epoch < 0 {
-				t.Errorf("a report was written without its shard annotations: %s", w)
-				continue
-			}
-			if memberName(index) != w.Member || !(shard.Layout{Index: index, Count: count}).OwnsNamespace(w.Namespace) {
-				t.Errorf("a member wrote a report of a namespace it does not own: %s", w)
-			}
+		var index, count int
+		if _, err := fmt.Sscanf(w.Shard, "%d/%d", &index, &count); err != nil || w.Epoch < 0 {
+			t.Errorf("a report was written without its shard annotations, or deleted before any: %s", w)
+			continue
+		}
+		if memberName(index) != w.Member || !(shard.Layout{Index: index, Count: count}).OwnsNamespace(w.Namespace) {
+			t.Errorf("a member wrote a report of a namespace it does not own: %s", w)
 		}
 		if prev, ok := lastEpoch[key]; ok && w.Epoch < prev {
 			t.Errorf("report %s/%s went back from epoch %d to %d: %s", w.Namespace, w.Name, prev, w.Epoch, w)
