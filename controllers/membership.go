@@ -162,7 +162,7 @@ func (m *statefulSetMembership) layoutOf(set *appsv1.StatefulSet) shard.Layout {
 }
 
 // cacheOptions restricts the cache's StatefulSets to the members' one: the namespaced Role of
-// config/rbac/shard_membership_role.yaml allows no more.
+// config/components/sharding/shard_membership_role.yaml allows no more.
 func (m *statefulSetMembership) cacheOptions() cache.ByObject {
 	return cache.ByObject{
 		Namespaces: map[string]cache.Config{m.Namespace: {}},
