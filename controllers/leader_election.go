@@ -56,7 +56,10 @@ func (o Options) checkLeaderElection() error {
 // newElection makes the lock, with cfg, which is not fenced: the lease must be renewable when the fence is
 // closed. The lock is controller-runtime's own (a Lease with a unique identity, clients that time out
 // before the renew deadline), wrapped to tell the fence of each renewal.
-func newElection(cfg *rest.Config, o Options) (*election, error) {
+//
+// In a sharded audit every member writes its reports and Events whether it leads or not: the fence lets those
+// through (a report's single writer is its namespace's owner, and epochs order owners across layouts).
+func newElection(cfg *rest.Config, o Options, sharded bool) (*election, error) {
 	if !o.LeaderElect {
 		return &election{}, nil
 	}
@@ -77,6 +80,9 @@ func newElection(cfg *rest.Config, o Options) (*election, error) {
 	}
 	events := &leaseEvents{}
 	f := fence.New(o.RenewDeadline, time.Now)
+	if sharded {
+		f.Exempt(memberWrites()...)
+	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: namespace, Name: leaderElectionID},
 		Client:     leases,

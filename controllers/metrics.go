@@ -68,6 +68,7 @@ type auditMetrics struct {
 	costExceeded *prometheus.CounterVec
 	lists        *prometheus.HistogramVec
 	firstAudit   prometheus.Gauge
+	shardMode    *prometheus.GaugeVec
 	// bySource holds each source's counters, resolved once: counting an evaluation is then an atomic add.
 	bySource map[audit.PolicySource]sourceCounters
 }
@@ -97,6 +98,10 @@ func newAuditMetrics() *auditMetrics {
 			Name: "celaudit_first_audit_duration_seconds",
 			Help: "Time from the operator's start to the end of its first complete audit; 0 until then.",
 		}),
+		shardMode: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "celaudit_shard_read_mode",
+			Help: "1 for how a sharded member reads each resource: mode server (the API server applies the shardSelector) or client (it receives every object and keeps its own).",
+		}, []string{"resource", "mode"}),
 		bySource: map[audit.PolicySource]sourceCounters{},
 	}
 	for _, s := range []audit.PolicySource{audit.SourceCRD, audit.SourceVAP, audit.SourceAuditPolicy} {
@@ -114,7 +119,23 @@ func (m *auditMetrics) countersOf(s audit.PolicySource) sourceCounters {
 }
 
 func (m *auditMetrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.evaluations, m.errors, m.costExceeded, m.lists, m.firstAudit}
+	return []prometheus.Collector{m.evaluations, m.errors, m.costExceeded, m.lists, m.firstAudit, m.shardMode}
+}
+
+// shardModeChanged records how a resource is read (scan.Options.OnShardMode): the series of its mode is 1,
+// the other 0, and neither exists when the audit is not sharded.
+func (m *auditMetrics) shardModeChanged(gvr schema.GroupVersionResource, mode scan.ShardMode) {
+	resource := gvr.GroupResource().String()
+	for _, other := range []scan.ShardMode{scan.ShardServer, scan.ShardClient} {
+		switch mode {
+		case scan.ShardNone:
+			m.shardMode.DeleteLabelValues(resource, string(other))
+		case other:
+			m.shardMode.WithLabelValues(resource, string(other)).Set(1)
+		default:
+			m.shardMode.WithLabelValues(resource, string(other)).Set(0)
+		}
+	}
 }
 
 // evaluated counts one evaluation of a policy of source with its results.

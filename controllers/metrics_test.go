@@ -11,6 +11,7 @@ import (
 
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/scan"
 )
 
 func TestResultCollector(t *testing.T) {
@@ -82,5 +83,33 @@ celaudit_evaluations_total{source="vap"} 2
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
 		"celaudit_cost_budget_exceeded_total", "celaudit_evaluation_errors_total", "celaudit_evaluations_total"); err != nil {
 		t.Error(err)
+	}
+}
+
+// A resource's read mode is one series at 1, the other at 0; no series when the audit is not sharded.
+func TestShardModeMetric(t *testing.T) {
+	m := newAuditMetrics()
+	cms := schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}
+	deps := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+	m.shardModeChanged(cms, scan.ShardClient)
+	m.shardModeChanged(deps, scan.ShardClient)
+	m.shardModeChanged(deps, scan.ShardServer)
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m.collectors()...)
+	want := `
+# HELP celaudit_shard_read_mode 1 for how a sharded member reads each resource: mode server (the API server applies the shardSelector) or client (it receives every object and keeps its own).
+# TYPE celaudit_shard_read_mode gauge
+celaudit_shard_read_mode{mode="client",resource="configmaps"} 1
+celaudit_shard_read_mode{mode="server",resource="configmaps"} 0
+celaudit_shard_read_mode{mode="client",resource="deployments.apps"} 0
+celaudit_shard_read_mode{mode="server",resource="deployments.apps"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "celaudit_shard_read_mode"); err != nil {
+		t.Error(err)
+	}
+	m.shardModeChanged(cms, scan.ShardNone)
+	m.shardModeChanged(deps, scan.ShardNone)
+	if n := testutil.CollectAndCount(m.shardMode); n != 0 {
+		t.Fatalf("%d series once the audit is not sharded, want 0", n)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -84,7 +85,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 		return nil, err
 	}
 	cfg = clientConfig(cfg, o)
-	elect, err := newElection(cfg, o)
+	elect, err := newElection(cfg, o, s.members.sharded())
 	if err != nil {
 		return nil, err
 	}
@@ -106,7 +107,10 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := setupReports(mgr, o, s, a, writes); err != nil {
 		return nil, err
 	}
-	if err := addChecks(mgr, a.progress, o.LeaderElect); err != nil {
+	if err := setupMembership(mgr, o, s.members, a, s.reportAPIs); err != nil {
+		return nil, err
+	}
+	if err := addChecks(mgr, a.progress, o.LeaderElect, s.members); err != nil {
 		return nil, err
 	}
 	collectors := register(append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))...)
@@ -121,7 +125,9 @@ type settings struct {
 	reportAPIs []reportAPI
 	// exemptions are those the --exempt-* flags add to the built-in ones.
 	exemptions auditv1alpha1.Exemptions
-	log        logr.Logger
+	// members is this replica's place in a sharded audit (--shard-*), none when it is not sharded.
+	members membership
+	log     logr.Logger
 }
 
 // parse parses and checks the options.
@@ -144,11 +150,15 @@ func (o Options) parse() (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	members, err := o.membership()
+	if err != nil {
+		return settings{}, err
+	}
 	log := o.Logger
 	if log.GetSink() == nil {
 		log = ctrl.Log
 	}
-	return settings{verdicts: verdicts, reportAPIs: apis, exemptions: exemptions, log: log}, nil
+	return settings{verdicts: verdicts, reportAPIs: apis, exemptions: exemptions, members: members, log: log}, nil
 }
 
 // clientConfig returns a copy of cfg with the client limits of the options.
@@ -182,6 +192,9 @@ func newManager(cfg *rest.Config, o Options, s settings, elect *election) (ctrl.
 		for _, obj := range api.objects() {
 			reports[obj] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: withKind(scheme, report.ForCache)}
 		}
+	}
+	if set := s.members.statefulSet; set != nil {
+		reports[&appsv1.StatefulSet{}] = set.cacheOptions()
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                              scheme,
@@ -285,16 +298,17 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 	m := newAuditMetrics()
 	notifier := NewNotifier()
 	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(s.verdicts, audit.Pass)))
-	disc, refresher, err := newDiscovery(cfg, mgr, s.log)
+	members := forMembers(mgr, s.members)
+	disc, refresher, err := newDiscovery(cfg, members, s.log)
 	if err != nil {
 		return nil, err
 	}
 	readErrors := &readErrorEvents{Reader: mgr.GetClient(), Recorder: events, Log: s.log.WithName("events")}
-	sc, err := newScan(cfg, mgr, o, s.log, countingSink{Sink: store, metrics: m}, m, disc, readErrors, notifier)
+	sc, err := newScan(cfg, members, o, s.log, countingSink{Sink: store, metrics: m}, m, disc, readErrors, notifier)
 	if err != nil {
 		return nil, err
 	}
-	startup := newStartup(auditPolicies, sc, notifier)
+	startup := newStartup(auditPolicies, sc, notifier, s.members)
 	failures, err := newWriteFailures(mgr, s.log)
 	if err != nil {
 		return nil, err
@@ -342,6 +356,7 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 		Withheld:      o.withheldResources(),
 		OnReadError:   readErrors.ReadError,
 		OnSettled:     notifier.Recheck,
+		OnShardMode:   m.shardModeChanged,
 	})
 	if err := mgr.Add(sc); err != nil {
 		return nil, fmt.Errorf("adding the scanner: %w", err)
@@ -351,25 +366,30 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 
 // newStartup returns the gate that releases the scanner once every policy the cluster holds is registered:
 // each resource is then listed once. Its opening is a Recheck of the notifier: with no policy covering any
-// resource, the first audit is done as it opens.
-func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier) *startupGate {
+// resource, the first audit is done as it opens. A member of a sharded audit releases the scanner once its
+// layout is known too (see setupMembership).
+func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier, members membership) *startupGate {
 	sources := []audit.PolicySource{audit.SourceCRD, audit.SourceVAP}
 	if auditPolicies {
 		sources = append(sources, audit.SourceAuditPolicy)
 	}
 	startup := newStartupGate(sources...)
-	startup.OnOpen(sc.Release)
+	startup.OnOpen(func() { releaseMember(sc, startup, members) })
 	startup.OnOpen(notifier.Recheck)
 	return startup
 }
 
 // setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the
 // scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
+//
+// In a sharded audit every member compiles and registers every policy (it audits its own namespaces
+// against all of them); readiness stays with the leader.
 func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
-	if err := setupCRDs(mgr, o, a.scan, a.startup, a.refresher, a.warnings); err != nil {
+	members := forMembers(mgr, s.members)
+	if err := setupCRDs(members, o, a.scan, a.startup, a.refresher, a.warnings); err != nil {
 		return nil, err
 	}
-	vaps, err := setupVAPs(cfg, mgr, o, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
+	vaps, err := setupVAPs(cfg, members, o, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
 	if err != nil {
 		return nil, err
 	}
@@ -378,11 +398,12 @@ func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a 
 		return nil, err
 	}
 	if a.auditPolicies {
-		if err := setupAuditPolicies(mgr, o, s, vaps, ready, a); err != nil {
+		// Every member audits each AuditPolicy, and the start-up gate of each waits for them.
+		if err := setupAuditPolicies(members, o, s, vaps, ready, a); err != nil {
 			return nil, err
 		}
 	}
-	if err := setupNamespaces(mgr, o, a.scan, vaps); err != nil {
+	if err := setupNamespaces(members, o, a.scan, vaps); err != nil {
 		return nil, err
 	}
 	return ready, nil
@@ -555,9 +576,12 @@ func setupNamespaces(mgr ctrl.Manager, o Options, registry policyRegistry, vaps 
 // setupReports sets up the reports, in each API --report-api selects, written when the results change once
 // the first audit is done; and the removal of celaudit's reports of an API no longer written. writes counts
 // the writes.
+//
+// In a sharded audit every member writes the reports of the namespaces it owns, leader or not.
 func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes *prometheus.CounterVec) error {
+	mgr = forMembers(mgr, s.members)
 	var onCurrent func(namespace string)
-	retired, err := setupRetiredReports(mgr, o, s.reportAPIs, a)
+	retired, err := setupRetiredReports(mgr, o, s.reportAPIs, a, s.members)
 	if err != nil {
 		return err
 	}
@@ -581,12 +605,16 @@ func setupReports(mgr ctrl.Manager, o Options, s settings, a *auditParts, writes
 			Options:    report.Options{ListVerdicts: s.verdicts, MaxResultsPerReport: o.MaxResultsPerReport, MaxReportBytes: o.MaxReportBytes},
 			Coalesce:   o.ReportCoalesce,
 			Writes:     writes,
-			Rescanning: func() bool { return !a.scan.Synced() },
+			Rescanning: func() bool { return !a.scan.Synced() || !s.members.scanning() },
 			inFlight:   inFlight,
 			api:        api,
 			peers:      slices.Delete(slices.Clone(s.reportAPIs), i, i+1),
 			onCurrent:  onCurrent,
 			Failures:   failures,
+			Shard:      s.members.source,
+		}
+		if set := s.members.statefulSet; set != nil {
+			r.Refresh = set.Refresh
 		}
 		if err := r.SetupWithManager(mgr, controllerOptions(o, o.ReportWorkers)); err != nil {
 			return fmt.Errorf("setting up %s controller: %w", api.name(), err)
@@ -616,7 +644,7 @@ func newWriteFailures(mgr ctrl.Manager, log logr.Logger) (*apiFailures, error) {
 
 // setupRetiredReports registers the removal of celaudit's reports of the API --report-api no longer selects,
 // when it selects one API and the cluster serves the other's CRDs; it returns nil otherwise.
-func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *auditParts) (*retiredReports, error) {
+func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *auditParts, members membership) (*retiredReports, error) {
 	api, ok := retiredAPI(written)
 	if !ok {
 		return nil, nil
@@ -629,6 +657,12 @@ func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *au
 	r.Reader, r.Client = mgr.GetAPIReader(), mgr.GetClient()
 	r.Ready, r.Namespaces, r.Enqueue = a.progress.FirstAuditDone, a.store.Namespaces, a.notifier.Notify
 	r.PageSize = o.PageSize
+	if members.sharded() {
+		r.Owns = func(namespace string) bool {
+			l, known := members.source.Layout()
+			return known && l.OwnsNamespace(namespace)
+		}
+	}
 	if err := r.SetupWithManager(mgr, a.notifier, controllerOptions(o, 1)); err != nil {
 		return nil, fmt.Errorf("setting up the removal of retired %ss: %w", namespaced.Kind, err)
 	}
@@ -637,8 +671,9 @@ func setupRetiredReports(mgr ctrl.Manager, o Options, written []reportAPI, a *au
 
 // addChecks adds health, and readiness once the first audit is done. A standby (elect, not yet elected) is
 // ready: it audits once it leads, and a Deployment's rolling update waits for the new pod, a standby until
-// the old one leaves, to be ready before it stops the old one.
-func addChecks(mgr ctrl.Manager, progress *auditProgress, elect bool) error {
+// the old one leaves, to be ready before it stops the old one. A member of a sharded audit audits whether it
+// leads or not: it is ready once its layout is known and its first audit done.
+func addChecks(mgr ctrl.Manager, progress *auditProgress, elect bool, members membership) error {
 	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
 		return fmt.Errorf("adding health check: %w", err)
 	}
@@ -646,7 +681,11 @@ func addChecks(mgr ctrl.Manager, progress *auditProgress, elect bool) error {
 		return fmt.Errorf("adding readiness check: %w", err)
 	}
 	err := mgr.AddReadyzCheck("audit", func(*http.Request) error {
-		if elect && !elected(mgr) {
+		if members.sharded() {
+			if err := memberReady(members); err != nil {
+				return err
+			}
+		} else if elect && !elected(mgr) {
 			return nil
 		}
 		if !progress.FirstAuditDone() {

@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"flag"
 	"fmt"
+	"os"
 	"runtime"
 	"strconv"
 	"strings"
@@ -19,6 +20,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/shard"
 )
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
@@ -75,12 +77,47 @@ type Options struct {
 	// the API server little, so a minute, not the 5 minutes of the scanner's default. Not a flag: tests
 	// shorten it.
 	MaxReadBackoff time.Duration
+	// ShardIndex and ShardCount (--shard-index, --shard-count) make this replica the ShardIndex-th of
+	// ShardCount members of a sharded audit, whose membership never changes: both or neither.
+	ShardIndex, ShardCount optionalInt
+	// ShardStatefulSet (--shard-statefulset) makes this replica a member of a sharded audit whose members are
+	// the pods of that StatefulSet, in PodNamespace: its index is the ordinal of PodName, the count the
+	// StatefulSet's replicas, the epoch its generation.
+	ShardStatefulSet string
+	// PodName and PodNamespace name this replica's pod (--pod-name, --pod-namespace; default $POD_NAME and
+	// $POD_NAMESPACE, the namespace the pod runs in for the latter).
+	PodName, PodNamespace string
+	// Shard, when set, is the membership of a sharded audit, in place of the flags above (tests, or a program
+	// embedding the operator).
+	Shard shard.Source
 	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
 	Logger logr.Logger
 
 	// beforeVAPCompile, when set, is called with a ValidatingAdmissionPolicy's name before it is compiled:
 	// tests hold a compile back with it.
 	beforeVAPCompile func(policy string)
+}
+
+// optionalInt is a flag.Value for an int that may be left unset.
+type optionalInt struct {
+	N     int
+	Given bool
+}
+
+func (v *optionalInt) String() string {
+	if v == nil || !v.Given {
+		return ""
+	}
+	return strconv.Itoa(v.N)
+}
+
+func (v *optionalInt) Set(s string) error {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return fmt.Errorf("invalid integer %q: %w", s, err)
+	}
+	v.N, v.Given = n, true
+	return nil
 }
 
 // float32Value is a flag.Value for a float32, which the flag package lacks.
@@ -128,6 +165,8 @@ func DefaultOptions() Options {
 		// share of a CPU while changes stream in.
 		ReadinessInterval: 5 * time.Second,
 		MaxReadBackoff:    time.Minute,
+		PodName:           os.Getenv("POD_NAME"),
+		PodNamespace:      os.Getenv("POD_NAMESPACE"),
 	}
 }
 
@@ -162,6 +201,11 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ExemptNamespaces, "exempt-namespaces", o.ExemptNamespaces, "Comma-separated namespaces no AuditPolicy's admission policy judges, added to the built-in ones (kube-system, kube-node-lease, celaudit's own).")
 	fs.StringVar(&o.ExemptResources, "exempt-resources", o.ExemptResources, "Comma-separated group/resource pairs (\"/configmaps\" for the core group, \"example.com/*\" for a whole group) no AuditPolicy's admission policy judges, subresources included, added to the built-in ones.")
 	fs.StringVar(&o.ExemptUsers, "exempt-users", o.ExemptUsers, "Comma-separated usernames whose requests no AuditPolicy's admission policy judges, added to the built-in ones (the control plane's and celaudit's own).")
+	fs.Var(&o.ShardIndex, "shard-index", "Index of this replica among the --shard-count members of a sharded audit (0-based); with --shard-count, for a fixed membership.")
+	fs.Var(&o.ShardCount, "shard-count", "Number of members of a sharded audit; with --shard-index. Each member audits, and writes the reports of, the namespaces whose hash falls in its range.")
+	fs.StringVar(&o.ShardStatefulSet, "shard-statefulset", o.ShardStatefulSet, "Name of the StatefulSet whose pods are the members of a sharded audit: this pod's ordinal is its index, the StatefulSet's replicas the count; scaling it reshards.")
+	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of this replica's pod, whose ordinal is its index with --shard-statefulset (default $POD_NAME).")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of this replica's pod and of its StatefulSet (default $POD_NAMESPACE, else the namespace the pod runs in).")
 	fs.StringVar(&o.ExemptGroups, "exempt-groups", o.ExemptGroups, "Comma-separated groups whose members' requests no AuditPolicy's admission policy judges, added to the built-in ones (system:nodes, system:serviceaccounts:kube-system).")
 }
 

@@ -3,10 +3,13 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	openreportsv1alpha1 "github.com/openreports/reports-api/apis/openreports.io/v1alpha1"
 	"k8s.io/apimachinery/pkg/api/meta"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -32,12 +35,38 @@ type reportAPI interface {
 	objects() []client.Object
 	// list returns celaudit's reports in namespace ("" for the cluster-scoped ones), as c holds them.
 	list(ctx context.Context, c client.Reader, namespace string) (report.Reports, error)
+	// namespaces returns the namespaces ("" for the cluster) holding celaudit's reports, as c holds them.
+	namespaces(ctx context.Context, c client.Reader) ([]string, error)
 	// writes converts changes to the objects to create, update and delete.
 	writes(changes report.Changes) (create, update, remove []client.Object)
 	// asReports converts a report of this API to the wgpolicyk8s.io form; false for another object.
 	asReports(o client.Object) (report.Reports, bool)
 	// install tells how to install the API's CRDs.
 	install() string
+}
+
+// reportNamespaces returns the namespaces of celaudit's reports in namespaced, and "" when cluster holds any.
+// The lists are the cache's, read without copying.
+func reportNamespaces(ctx context.Context, c client.Reader, namespaced, cluster client.ObjectList) ([]string, error) {
+	if err := c.List(ctx, namespaced, managedSelector(), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing celaudit's reports: %w", err)
+	}
+	seen := map[string]bool{}
+	if err := meta.EachListItem(namespaced, func(o k8sruntime.Object) error {
+		if m, err := meta.Accessor(o); err == nil {
+			seen[m.GetNamespace()] = true
+		}
+		return nil
+	}); err != nil {
+		return nil, fmt.Errorf("reading celaudit's reports: %w", err)
+	}
+	if err := c.List(ctx, cluster, managedSelector(), client.UnsafeDisableDeepCopy); err != nil {
+		return nil, fmt.Errorf("listing celaudit's cluster reports: %w", err)
+	}
+	if meta.LenList(cluster) > 0 {
+		seen[""] = true
+	}
+	return slices.Collect(maps.Keys(seen)), nil
 }
 
 // managedSelector selects the reports celaudit owns.
@@ -76,6 +105,10 @@ func (wgpolicyAPI) list(ctx context.Context, c client.Reader, namespace string) 
 	}
 	out.PolicyReports = l.Items
 	return out, nil
+}
+
+func (wgpolicyAPI) namespaces(ctx context.Context, c client.Reader) ([]string, error) {
+	return reportNamespaces(ctx, c, &v1alpha2.PolicyReportList{}, &v1alpha2.ClusterPolicyReportList{})
 }
 
 func (wgpolicyAPI) writes(c report.Changes) (create, update, remove []client.Object) {
@@ -128,6 +161,10 @@ func (openReportsAPI) list(ctx context.Context, c client.Reader, namespace strin
 		return report.Reports{}, fmt.Errorf("listing Reports in %s: %w", namespace, err)
 	}
 	return report.FromOpenReports(report.OpenReports{Reports: l.Items}), nil
+}
+
+func (openReportsAPI) namespaces(ctx context.Context, c client.Reader) ([]string, error) {
+	return reportNamespaces(ctx, c, &openreportsv1alpha1.ReportList{}, &openreportsv1alpha1.ClusterReportList{})
 }
 
 func (openReportsAPI) writes(c report.Changes) (create, update, remove []client.Object) {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/shard"
 )
 
 // ResultSource gives the current results of one namespace ("" for cluster-scoped objects): those kept
@@ -82,6 +83,14 @@ type ReportReconciler struct {
 	// onCurrent, when set, is told each namespace whose reports were found to hold its results: written, up
 	// to date, or left to go with the namespace. The reports of an API no longer written wait for it.
 	onCurrent func(namespace string)
+
+	// Shard, when set, is this member's place in a sharded audit: it writes (creates, updates, deletes) the
+	// reports of the namespaces it owns only, each report carrying the epoch of its layout, and never over a
+	// report written under a higher epoch. Until the layout is known it writes nothing. Nil: unsharded.
+	Shard shard.Source
+	// Refresh, when set, re-reads the membership: a report written under a higher epoch than this member's
+	// says that it changed.
+	Refresh func(context.Context) error
 }
 
 // +kubebuilder:rbac:groups=wgpolicyk8s.io,resources=policyreports;clusterpolicyreports,verbs=get;list;watch;create;update;patch;delete
@@ -92,6 +101,13 @@ type ReportReconciler struct {
 // the write gate lets it.
 func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	ns := req.Namespace
+	layout, mine := r.owns(ns)
+	if !mine {
+		// Another member's, or not yet known to be this one's: what was kept about it would only be stale
+		// once it is. A layout change enqueues every namespace again.
+		r.gate.forget(ns)
+		return ctrl.Result{}, nil
+	}
 	deleting, err := r.namespaceDeleting(ctx, ns)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -107,6 +123,9 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if epoch, newer := newerEpoch(existing, layout); newer {
+		return r.superseded(ctx, layout, epoch)
+	}
 	in := writeInputs{
 		now:            r.Clock.Now(),
 		existing:       existing,
@@ -117,16 +136,66 @@ func (r *ReportReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctr
 		ctrl.LoggerFrom(ctx).V(2).Info("Reports wait", "for", d.wait.String(), "after", d.after)
 		return ctrl.Result{RequeueAfter: d.after}, nil
 	}
-	return r.write(ctx, ns, existing)
+	return r.write(ctx, ns, existing, layout)
 }
 
-// write builds the reports of namespace from its current results and writes what differs from existing.
-func (r *ReportReconciler) write(ctx context.Context, namespace string, existing report.Reports) (ctrl.Result, error) {
+// owns returns this member's layout and whether it writes the reports of namespace: always when the audit is
+// not sharded; in a sharded audit, when its layout is known and owns namespace.
+func (r *ReportReconciler) owns(namespace string) (shard.Layout, bool) {
+	if r.Shard == nil {
+		return shard.Layout{}, true
+	}
+	l, known := r.Shard.Layout()
+	return l, known && l.OwnsNamespace(namespace)
+}
+
+// newerEpoch returns the highest epoch of the reports in existing written under a higher one than layout's,
+// and whether there is one. Unsharded, there is none.
+func newerEpoch(existing report.Reports, layout shard.Layout) (int64, bool) {
+	var (
+		highest int64
+		found   bool
+	)
+	note := func(m metav1.Object) {
+		if e, ok := shard.EpochOf(m); ok && e > layout.Epoch && (!found || e > highest) {
+			highest, found = e, true
+		}
+	}
+	for i := range existing.PolicyReports {
+		note(&existing.PolicyReports[i])
+	}
+	for i := range existing.ClusterPolicyReports {
+		note(&existing.ClusterPolicyReports[i])
+	}
+	return highest, found && layout.Sharded()
+}
+
+// superseded follows a reconcile that found a report written under epoch, higher than this member's
+// layout's: a member of a later layout owns the namespace now, or this member has yet to learn that it
+// does. Nothing is written; the membership is read again, whose change enqueues every namespace, and the
+// namespace is looked at again after MaxHold should it not change.
+func (r *ReportReconciler) superseded(ctx context.Context, layout shard.Layout, epoch int64) (ctrl.Result, error) {
+	ctrl.LoggerFrom(ctx).Info("A report was written under a later shard layout: writing nothing, reading the membership again",
+		"layout", layout.String(), "reportEpoch", epoch)
+	if r.Refresh != nil {
+		if err := r.Refresh(ctx); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: r.MaxHold}, nil
+}
+
+// write builds the reports of namespace from its current results and writes what differs from existing;
+// in a sharded audit each carries layout's epoch.
+func (r *ReportReconciler) write(ctx context.Context, namespace string, existing report.Reports, layout shard.Layout) (ctrl.Result, error) {
 	taken := report.TakenNames(existing, r.gate.takenIn(namespace))
 	results, passes := r.Results.NamespaceCounted(namespace)
 	opts := r.Options
 	opts.Chunks = report.ChunkCounts(existing)
 	opts.Taken = taken
+	if r.Shard != nil {
+		opts.Annotations = layout.Annotations()
+	}
 	previous, err := r.previousTimestamps(ctx, namespace, existing)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -295,7 +364,9 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 		return err
 	}, false)
 	update := expecting(func(o client.Object) error { return r.Client.Update(ctx, o) }, false)
-	remove := expecting(func(o client.Object) error { return client.IgnoreNotFound(r.Client.Delete(ctx, o)) }, true)
+	remove := expecting(func(o client.Object) error {
+		return client.IgnoreNotFound(r.Client.Delete(ctx, o, r.deleteOptions(o)...))
+	}, true)
 	var writes []func() error
 	writes = appendWrites(writes, creates, create)
 	writes = appendWrites(writes, updates, update)
@@ -309,6 +380,17 @@ func (r *ReportReconciler) apply(ctx context.Context, namespace string, c report
 		return refused, fmt.Errorf("writing reports: %w", err)
 	}
 	return refused, nil
+}
+
+// deleteOptions returns the options of the deletion of o: in a sharded audit, on the condition that o is
+// still the report read, so that a report another member wrote since, under a later layout, stays; as
+// updates carry their resourceVersion, check and write are one atomic step.
+func (r *ReportReconciler) deleteOptions(o client.Object) []client.DeleteOption {
+	if r.Shard == nil {
+		return nil
+	}
+	rv := o.GetResourceVersion()
+	return []client.DeleteOption{client.Preconditions{ResourceVersion: &rv}}
 }
 
 // appendWrites appends op on each of objs to writes.

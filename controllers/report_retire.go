@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -45,6 +46,9 @@ type retiredReports struct {
 	Enqueue func(namespace string)
 	// PageSize is the limit of each LIST of the retired API's reports.
 	PageSize int64
+	// Owns, when set (a sharded audit), reports whether this member writes the reports of namespace: only
+	// those are removed, and waited for.
+	Owns func(namespace string) bool
 
 	mu sync.Mutex
 	// current are the namespaces whose reports the report reconciler found current since it started; nil
@@ -75,6 +79,9 @@ func (r *retiredReports) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if r.Owns != nil {
+		retired = slices.DeleteFunc(retired, func(m metav1.PartialObjectMetadata) bool { return !r.Owns(m.Namespace) })
+	}
 	if len(retired) == 0 {
 		r.finish()
 		return ctrl.Result{}, nil
@@ -83,6 +90,9 @@ func (r *retiredReports) Reconcile(ctx context.Context, _ ctrl.Request) (ctrl.Re
 	want := sets.New(r.Namespaces()...)
 	for i := range retired {
 		want.Insert(retired[i].Namespace)
+	}
+	if r.Owns != nil {
+		want = want.Difference(sets.New(slices.DeleteFunc(want.UnsortedList(), r.Owns)...))
 	}
 	if waiting := r.waitFor(want); len(waiting) > 0 {
 		log.V(1).Info("Reports of the API no longer written wait for the new reports", "reports", len(retired), "namespaces", len(waiting))

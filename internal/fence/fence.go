@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
@@ -30,6 +31,21 @@ type Fence struct {
 	renewed time.Time
 	// lease is the lease duration the last renewal recorded; the fence never outlasts it.
 	lease time.Duration
+
+	// exempt are the resources whose writes pass while the fence is closed (see Exempt); set before use.
+	exempt map[schema.GroupResource]bool
+}
+
+// Exempt lets writes of resources through whether or not the lease is held: the writes every member of a
+// sharded deployment makes under another guarantee than the lease (its reports, guarded by their epoch and
+// resourceVersion; its Events). It is called before the fence is used.
+func (f *Fence) Exempt(resources ...schema.GroupResource) {
+	if f.exempt == nil {
+		f.exempt = map[schema.GroupResource]bool{}
+	}
+	for _, gr := range resources {
+		f.exempt[gr] = true
+	}
 }
 
 // New returns a closed fence whose writes are allowed for validity after each successful renewal began. now
@@ -83,7 +99,7 @@ func (f *Fence) Wrap(cfg *rest.Config) *rest.Config {
 // celaudit learns who it is before it leads.
 func (f *Fence) RoundTripper(rt http.RoundTripper) http.RoundTripper {
 	return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-		if !writes(req) {
+		if !writes(req) || f.exempt[resourceOf(req.URL.Path)] {
 			return rt.RoundTrip(req)
 		}
 		deadline, open := f.Deadline()
@@ -122,6 +138,26 @@ func writes(req *http.Request) bool {
 		}
 	}
 	return true
+}
+
+// resourceOf returns the group and resource of a request's path (/api/v1/... or /apis/group/version/...),
+// zero for other paths.
+func resourceOf(path string) schema.GroupResource {
+	parts := strings.Split(strings.Trim(path, "/"), "/")
+	var gr schema.GroupResource
+	switch {
+	case len(parts) >= 3 && parts[0] == "api":
+		parts = parts[2:]
+	case len(parts) >= 4 && parts[0] == "apis":
+		gr.Group, parts = parts[1], parts[3:]
+	default:
+		return schema.GroupResource{}
+	}
+	if len(parts) > 2 && parts[0] == "namespaces" {
+		parts = parts[2:]
+	}
+	gr.Resource = parts[0]
+	return gr
 }
 
 // Lock is a leader-election lock that tells the fence of each successful acquisition or renewal, and closes

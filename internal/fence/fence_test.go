@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -142,5 +143,38 @@ func TestFence(t *testing.T) {
 				t.Fatalf("sent with deadline %v, want %v", tr.deadlines[0], tc.sentDeadline)
 			}
 		})
+	}
+}
+
+// Exempt resources are written while the lease is not held, in a namespace or not; others are still refused.
+func TestExempt(t *testing.T) {
+	f := New(10*time.Second, time.Now)
+	f.Exempt(schema.GroupResource{Group: "wgpolicyk8s.io", Resource: "policyreports"},
+		schema.GroupResource{Group: "wgpolicyk8s.io", Resource: "clusterpolicyreports"},
+		schema.GroupResource{Resource: "events"})
+	for _, tc := range []struct {
+		method, path string
+		sent         bool
+	}{
+		{http.MethodPut, "/apis/wgpolicyk8s.io/v1alpha2/namespaces/a/policyreports/r", true},
+		{http.MethodPost, "/apis/wgpolicyk8s.io/v1alpha2/namespaces/a/policyreports", true},
+		{http.MethodDelete, "/apis/wgpolicyk8s.io/v1alpha2/clusterpolicyreports/celaudit", true},
+		{http.MethodPost, "/api/v1/namespaces/a/events", true},
+		{http.MethodPost, "/api/v1/namespaces/a/configmaps", false},
+		{http.MethodPut, "/apis/audit.celaudit.io/v1alpha1/auditpolicies/p/status", false},
+		{http.MethodPatch, "/api/v1/namespaces/events", false}, // the namespace named events
+	} {
+		tr := &sent{}
+		req, err := http.NewRequest(tc.method, "https://api"+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := f.RoundTripper(tr).RoundTrip(req)
+		if resp != nil {
+			_ = resp.Body.Close()
+		}
+		if got := err == nil && len(tr.requests) == 1; got != tc.sent {
+			t.Errorf("%s %s: sent %v (error %v), want sent %v", tc.method, tc.path, got, err, tc.sent)
+		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utiljson "k8s.io/apimachinery/pkg/util/json"
@@ -103,6 +104,110 @@ func (p *Page) Item(i int) (*unstructured.Unstructured, error) {
 		return nil, fmt.Errorf("decoding item %d of the page: %w", i, err)
 	}
 	return p.withKind(m), nil
+}
+
+// ShardSelector returns the list's metadata.shardInfo.selector: the KEP-5866 shard selector the API server
+// applied to the list, "" when it applied none (it does not have the ShardedListAndWatch feature, or the
+// request carried no selector).
+func (p *Page) ShardSelector() string {
+	s, _, _ := unstructured.NestedString(p.List.Object, "metadata", "shardInfo", "selector")
+	return s
+}
+
+// ItemMeta returns the namespace, name and UID of item i. On a page the one-pass decoder read, only the
+// item's metadata is decoded: filtering a page on the client costs a fraction of decoding it.
+func (p *Page) ItemMeta(i int) (*metav1.PartialObjectMetadata, error) {
+	if p.raw != nil {
+		if m, err := p.onePassMeta(i); err == nil {
+			return m, nil
+		}
+	}
+	// Metadata the one-pass reading does not take as it is (not an object, fields that are not strings):
+	// what the item decodes to says.
+	item, err := p.Item(i)
+	if err != nil {
+		return nil, err
+	}
+	return &metav1.PartialObjectMetadata{ObjectMeta: metav1.ObjectMeta{
+		Namespace: item.GetNamespace(), Name: item.GetName(), UID: item.GetUID(),
+	}}, nil
+}
+
+// onePassMeta reads the namespace, name and UID of item i in one pass, skipping everything else. A repeated
+// metadata key replaces the earlier one whole, as it does when the item is decoded.
+func (p *Page) onePassMeta(i int) (*metav1.PartialObjectMetadata, error) {
+	d := &decoder{data: p.data[p.raw[i][0]:p.raw[i][1]], keys: p.keys, pos: 1}
+	m := &metav1.PartialObjectMetadata{}
+	err := d.members(func(key string) error {
+		if key != "metadata" {
+			return d.skip()
+		}
+		m.ObjectMeta = metav1.ObjectMeta{}
+		if !d.consume('{') {
+			return errSlowPath
+		}
+		return d.members(func(field string) error {
+			var dst *string
+			switch field {
+			case "namespace":
+				dst = &m.Namespace
+			case "name":
+				dst = &m.Name
+			case "uid":
+				dst = (*string)(&m.UID)
+			default:
+				return d.skip()
+			}
+			v, err := d.value()
+			if err != nil {
+				return err
+			}
+			s, ok := v.(string)
+			if !ok {
+				return errSlowPath
+			}
+			*dst = s
+			return nil
+		})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Keep keeps the items for which keep returns true, in their order, and drops the others; on an error it
+// changes nothing. The list's own metadata (resourceVersion, continue, remainingItemCount, shardInfo) stays
+// exactly as the API server sent it: a page filtered down to no item still leads to the next page, and a
+// paginated list is read to its end.
+func (p *Page) Keep(keep func(i int) (bool, error)) error {
+	n := p.Len()
+	kept := make([]bool, n)
+	for i := range n {
+		k, err := keep(i)
+		if err != nil {
+			return err
+		}
+		kept[i] = k
+	}
+	if p.raw == nil {
+		items := make([]unstructured.Unstructured, 0, n)
+		for i, k := range kept {
+			if k {
+				items = append(items, p.decoded[i])
+			}
+		}
+		p.decoded = items
+		return nil
+	}
+	raw := make([][2]int, 0, n)
+	for i, k := range kept {
+		if k {
+			raw = append(raw, p.raw[i])
+		}
+	}
+	p.raw = raw
+	return nil
 }
 
 // onePassItem decodes item i in one pass, without falling back. The scan checked that it is an object.

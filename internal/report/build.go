@@ -3,6 +3,7 @@ package report
 import (
 	"encoding/json"
 	"hash/fnv"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -58,6 +59,9 @@ type Options struct {
 	// Taken holds, by namespace ("" for the cluster), the report names that chunks must not take (see
 	// TakenNames): a chunk whose name is taken is named the first free alternative of it (see FreeChunkName).
 	Taken map[string]sets.Set[string]
+	// Annotations are set on every report, and Diff updates an existing report whose values of them differ
+	// (the epoch of a sharded audit's member); annotations others set are kept. Nil sets none.
+	Annotations map[string]string
 }
 
 // Reports is a set of reports: the desired ones BuildCounted returns, or the existing ones read from the cluster.
@@ -250,14 +254,14 @@ func (out *Reports) add(ns string, chunks []reportChunk, opts Options) {
 		if ns == "" {
 			out.ClusterPolicyReports = append(out.ClusterPolicyReports, v1alpha2.ClusterPolicyReport{
 				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "ClusterPolicyReport"},
-				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedLabels()},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Labels: managedLabels(), Annotations: maps.Clone(opts.Annotations)},
 				Summary:    summary,
 				Results:    listed,
 			})
 		} else {
 			out.PolicyReports = append(out.PolicyReports, v1alpha2.PolicyReport{
 				TypeMeta:   metav1.TypeMeta{APIVersion: v1alpha2.GroupVersion.String(), Kind: "PolicyReport"},
-				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels()},
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: managedLabels(), Annotations: maps.Clone(opts.Annotations)},
 				Summary:    summary,
 				Results:    listed,
 			})

@@ -131,7 +131,8 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 			continue // not ours to write
 		}
 		labels := mergeLabels(ops.meta(have).Labels, ops.meta(want).Labels)
-		if equality.Semantic.DeepEqual(labels, ops.meta(have).Labels) && sameContent(ops.meta(have), ops.content(have), ops.content(want)) {
+		if equality.Semantic.DeepEqual(labels, ops.meta(have).Labels) && holds(ops.meta(have).Annotations, ops.meta(want).Annotations) &&
+			sameContent(ops.meta(have), ops.content(have), ops.content(want)) {
 			continue
 		}
 		// Start from the desired object for the content and take the existing metadata, so the update
@@ -139,6 +140,9 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 		updated := *want
 		meta := ops.meta(have).DeepCopy()
 		meta.Labels = labels
+		if len(ops.meta(want).Annotations) > 0 {
+			meta.Annotations = mergeLabels(meta.Annotations, ops.meta(want).Annotations)
+		}
 		for _, a := range cacheAnnotations { // the cache's, not the cluster's
 			delete(meta.Annotations, a)
 		}
@@ -164,6 +168,16 @@ func diffObjects[T any](desired, existing []T, ops kindOps[T]) ObjectChanges[T] 
 }
 
 // mergeLabels returns a copy of have overlaid with want: celaudit's labels win, others' are kept.
+// holds reports whether have holds every key of want with its value.
+func holds(have, want map[string]string) bool {
+	for k, v := range want {
+		if w, ok := have[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
 func mergeLabels(have, want map[string]string) map[string]string {
 	merged := maps.Clone(have)
 	if merged == nil {

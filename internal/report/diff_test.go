@@ -295,3 +295,52 @@ func TestExistingReportsAreReadOnly(t *testing.T) {
 		t.Fatal("existing reports were modified")
 	}
 }
+
+// A sharded member's annotations are on every report it builds, and a report whose values of them differ is
+// updated, results unchanged, keeping what others annotated; one that holds them is not written again,
+// compacted by the cache or not.
+func TestDiffEnforcesAnnotations(t *testing.T) {
+	results := []audit.Result{newResult()}
+	epoch := func(e string) Options {
+		return Options{Annotations: map[string]string{"celaudit.io/shard-epoch": e, "celaudit.io/shard": "1/3"}}
+	}
+	unsharded := stored(BuildCounted(results, nil, nil, scanTime(), Options{}))
+	unsharded.PolicyReports[0].Annotations = map[string]string{"note": "kept"}
+	atEpoch2 := stored(BuildCounted(results, nil, nil, scanTime(), epoch("2")))
+	compacted := stored(BuildCounted(results, nil, nil, scanTime(), epoch("2")))
+	for i := range compacted.PolicyReports {
+		if _, err := ForCache(&compacted.PolicyReports[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		existing Reports
+		opts     Options
+		// want are the annotations of the one update; nil: no write.
+		want map[string]string
+	}{
+		{"unsharded report, sharded member", unsharded, epoch("2"),
+			map[string]string{"note": "kept", "celaudit.io/shard-epoch": "2", "celaudit.io/shard": "1/3"}},
+		{"lower epoch", atEpoch2, epoch("3"), map[string]string{"celaudit.io/shard-epoch": "3", "celaudit.io/shard": "1/3"}},
+		{"same epoch", atEpoch2, epoch("2"), nil},
+		{"same epoch, compacted", compacted, epoch("2"), nil},
+		{"unsharded member keeps others' annotations", unsharded, Options{}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			desired := BuildCounted(results, nil, nil, scanTime(), tc.opts)
+			c := Diff(desired, tc.existing)
+			if len(c.PolicyReports.Create)+len(c.PolicyReports.Delete) != 0 {
+				t.Fatalf("changes %+v, want at most an update", namesOf(c.PolicyReports, policyMeta))
+			}
+			switch u := c.PolicyReports.Update; {
+			case tc.want == nil && len(u) != 0:
+				t.Fatalf("updated with annotations %v, want no write", u[0].Annotations)
+			case tc.want != nil && len(u) != 1:
+				t.Fatalf("%d updates, want 1", len(u))
+			case tc.want != nil && !equality.Semantic.DeepEqual(u[0].Annotations, tc.want):
+				t.Fatalf("update annotations %v, want %v", u[0].Annotations, tc.want)
+			}
+		})
+	}
+}

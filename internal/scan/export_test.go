@@ -20,3 +20,16 @@ func SetSleep(e *Scanner, sleep func(ctx context.Context, d time.Duration)) { e.
 func ResourceResult(p audit.Policy, gvr schema.GroupVersionResource, kind string, verdict audit.Verdict, msg string) audit.Result {
 	return resourceResult(p, gvr, kind, verdict, msg)
 }
+
+// ShardModeOf returns how e reads gvr: whether the API server applied its shard selector to the last page.
+func ShardModeOf(e *Scanner, gvr schema.GroupVersionResource) ShardMode {
+	e.mu.Lock()
+	w := e.watchers[gvr]
+	e.mu.Unlock()
+	if w == nil {
+		return ShardNone
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.shardMode
+}

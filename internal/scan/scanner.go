@@ -16,6 +16,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/shard"
 )
 
 // Sink receives the results of evaluations. *results.Store implements it.
@@ -70,6 +71,9 @@ type Options struct {
 	// watcher stops, and every watcher is then idle. It is called without the scanner's locks held, and may be
 	// called more than once for one settling (reads that end together, a watcher woken with nothing to read).
 	OnSettled func()
+	// OnShardMode, when set, is told how a resource is read when that changes (see ShardMode): whether the
+	// API server applies the member's shard selector or the member filters what it receives.
+	OnShardMode func(gvr schema.GroupVersionResource, mode ShardMode)
 }
 
 func (o *Options) defaults() {
@@ -117,7 +121,10 @@ type Scanner struct {
 	policies map[audit.PolicyKey]audit.Policy
 	// index is the registered policies by the resources they cover. A change builds the next index before
 	// it takes live and swaps it in under mu and live: readers load it without waiting.
-	index    atomic.Pointer[engine.Set]
+	index atomic.Pointer[engine.Set]
+	// view is the member's layout and its generation, changed under mu and live (see SetShard) and read
+	// under live: a result read under an earlier generation is dropped rather than stored (see evaluate).
+	view     shardView
 	watchers map[schema.GroupVersionResource]*watcher
 	wg       sync.WaitGroup
 
@@ -143,6 +150,7 @@ func NewScanner(client Client, sink Sink, log logr.Logger, opts Options) *Scanne
 		panicked: map[audit.PolicyKey]string{},
 	}
 	s.index.Store(engine.NewSet())
+	s.view = newShardView(shard.Layout{}, 0)
 	if opts.Released {
 		s.Release()
 	}
@@ -220,6 +228,41 @@ func (s *Scanner) setPolicy(p audit.Policy, rescan bool) {
 	}
 }
 
+// SetShard sets the member's layout. Every LIST and WATCH then asks for the objects of the namespaces the
+// layout owns only: with the KEP-5866 shardSelector, and with the same hash on the client where the API
+// server does not honour it. A change relists every resource under the new layout, which drops the results of
+// the objects no longer owned and reads the newly owned ones, then restarts its watch; a result read under the
+// old layout that is not stored by the time SetShard returns is never stored. A change of epoch alone reads
+// nothing again: the objects owned are the same. It may be called before Start and at any time after; the
+// zero Layout reads everything.
+func (s *Scanner) SetShard(l shard.Layout) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live.Lock()
+	old := s.view
+	s.view.layout = l
+	same := sameOwnership(old.layout, l)
+	if !same {
+		s.view = newShardView(l, old.gen+1)
+	}
+	s.live.Unlock()
+	if same {
+		return
+	}
+	s.log.Info("Shard layout changed: relisting every resource", "from", old.layout.String(), "to", l.String(),
+		"shardSelector", s.view.selector)
+	for _, w := range s.watchers {
+		w.requestRelist()
+	}
+}
+
+// currentView returns the layout reads are made under now.
+func (s *Scanner) currentView() shardView {
+	s.live.RLock()
+	defer s.live.RUnlock()
+	return s.view
+}
+
 // RemovePolicy removes a policy and every result it produced.
 func (s *Scanner) RemovePolicy(key audit.PolicyKey) {
 	s.mu.Lock()
@@ -259,13 +302,20 @@ func (s *Scanner) Rescan(key audit.PolicyKey, namespace string) {
 		if w == nil {
 			continue
 		}
+		// Of a sharded audit, a member rescans the namespace if it owns it, and its Namespace object, which
+		// is cluster-scoped, if it owns the cluster-scoped objects.
 		switch namespaced, known := s.namespaced(gvr); {
 		case namespace == "", !known:
 			w.requestRescan(key, "")
-		case namespaced, isNamespaces(gvr):
+		case namespaced && s.owns(namespace), isNamespaces(gvr) && s.owns(""):
 			w.requestRescan(key, namespace)
 		}
 	}
+}
+
+// owns reports whether the member's layout owns the objects of namespace ("" for cluster-scoped ones).
+func (s *Scanner) owns(namespace string) bool {
+	return s.currentView().layout.OwnsNamespace(namespace)
 }
 
 // namespaced tells whether gvr is namespaced, and whether that is known.
@@ -359,18 +409,26 @@ func (s *Scanner) releaseLocked(gvr schema.GroupVersionResource) {
 }
 
 // evaluate runs policies on obj, through the one evaluation path every front end shares, and hands the
-// results to the sink.
-func (s *Scanner) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy) {
+// results to the sink. obj was read under the layout generation gen: if the layout changed since, its results
+// are dropped and evaluate returns false, and the caller forgets the object, so that the relist the change
+// called for evaluates it anew if it is still owned.
+func (s *Scanner) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, policies []audit.Policy,
+	gen uint64) bool {
 	key := results.ObjectKey{GVR: gvr, UID: obj.GetUID()}
 	o := engine.NewObject(gvr, obj)
 	for _, p := range policies {
 		res := o.Evaluate(ctx, p) // outside the lock: a policy change never waits for an evaluation
 		s.live.RLock()
-		if s.covers(p.Key(), gvr) {
+		current := s.view.gen == gen
+		if current && s.covers(p.Key(), gvr) {
 			s.sink.Set(p.Key(), key, obj.GetNamespace(), res)
 		}
 		s.live.RUnlock()
+		if !current {
+			return false
+		}
 	}
+	return true
 }
 
 // recovered logs a panic an evaluation recovered into an error result of the object (see audit.Recovered):

@@ -26,6 +26,9 @@ import (
 	"github.com/celaudit/celaudit/internal/uidmap"
 )
 
+// errShardChanged stops a list made under a layout that changed meanwhile: it is made again under the new one.
+var errShardChanged = errors.New("the shard layout changed during the list")
+
 // digest is all a watcher keeps of an object once it has been evaluated: enough to tell whether a listed
 // object changed since, and where its results live. 16 bytes: it is kept for every audited object.
 type digest struct {
@@ -69,11 +72,13 @@ type watcher struct {
 
 	mu      sync.Mutex
 	pending map[audit.PolicyKey]map[string]bool // policy -> namespaces to rescan ("" = all)
+	relist  bool                                // the shard layout changed: list everything again
 	listed  bool
 	busy    bool
 	wake    chan struct{}
 
-	unreadable bool // guarded by mu: the last read failed and its error results are recorded
+	unreadable bool      // guarded by mu: the last read failed and its error results are recorded
+	shardMode  ShardMode // guarded by mu: how the last page was filtered
 
 	digests uidmap.Map[digest]
 	nsNames []string          // namespaces of digests, by index
@@ -110,18 +115,31 @@ func (w *watcher) requestRescan(policy audit.PolicyKey, namespace string) {
 	}
 }
 
+// requestRelist asks for a list of everything under the scanner's current layout, which ends the watch.
+func (w *watcher) requestRelist() {
+	w.mu.Lock()
+	w.relist = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
 func (w *watcher) idle() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	// A resource that cannot be read is settled once its error results are recorded: waiting for it would
 	// hold back every report.
-	return (w.listed || w.unreadable) && !w.busy && (len(w.pending) == 0 || w.unreadable)
+	return (w.listed || w.unreadable) && !w.busy && (len(w.pending) == 0 && !w.relist || w.unreadable)
 }
 
-// takePending returns the pending rescans and marks the watcher busy until done is called.
-func (w *watcher) takePending() (all policySet, byNS map[string]policySet) {
+// takePending returns the pending rescans and whether a relist was asked for, and marks the watcher busy
+// until done is called.
+func (w *watcher) takePending() (all policySet, byNS map[string]policySet, relist bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	relist, w.relist = w.relist, false
 	all, byNS = policySet{}, map[string]policySet{}
 	for policy, nss := range w.pending {
 		for ns := range nss {
@@ -137,7 +155,7 @@ func (w *watcher) takePending() (all policySet, byNS map[string]policySet) {
 	}
 	w.pending = map[audit.PolicyKey]map[string]bool{}
 	w.busy = true
-	return all, byNS
+	return all, byNS, relist
 }
 
 // done marks the watcher no longer busy, its resource read when listed is set, and tells the scanner, which
@@ -168,6 +186,11 @@ func (w *watcher) run(ctx context.Context) {
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(err, errShardChanged) {
+				// Not a failure: the read was cut short to be made again under the new layout.
+				needList = true
+				continue
+			}
 			failures++
 			wait := w.scanner.backoff(failures)
 			log.V(1).Info("Reading the resource failed, retrying", "err", err.Error(), "after", wait)
@@ -193,9 +216,9 @@ func (w *watcher) run(ctx context.Context) {
 // scoped to a namespace too, or else a list of each namespace a rescan is scoped to. The rescans of a read
 // that fails are put back, to be done when it is retried.
 func (w *watcher) read(ctx context.Context, needList bool) error {
-	all, byNS := w.takePending()
+	all, byNS, relist := w.takePending()
 	var err error
-	if needList || len(all) > 0 {
+	if needList || relist || len(all) > 0 {
 		// A full list covers every pending rescan: scoped ones are a subset of it.
 		for _, nss := range byNS {
 			for p := range nss {
@@ -212,6 +235,9 @@ func (w *watcher) read(ctx context.Context, needList bool) error {
 	}
 	if err != nil {
 		w.requeue(all, byNS)
+		if relist {
+			w.requestRelist()
+		}
 		w.done(ctx, false)
 		return err
 	}
@@ -260,7 +286,8 @@ func (w *watcher) requeue(all policySet, byNS map[string]policySet) {
 // the list's resourceVersion.
 func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) error {
 	s := w.scanner
-	opts := metav1.ListOptions{Limit: s.opts.PageSize}
+	view := s.currentView()
+	opts := metav1.ListOptions{Limit: s.opts.PageSize, ShardSelector: view.selector}
 	scope := namespace
 	if namespace != "" && isNamespaces(w.gvr) {
 		// A change of one namespace concerns, of the Namespaces, that one (see Scanner.Rescan). It is
@@ -269,7 +296,7 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) 
 		opts.FieldSelector = fields.OneTermEqualSelector("metadata.name", namespace).String()
 	}
 	var seen uidmap.Map[struct{}]
-	listRV, err := w.readPages(ctx, scope, opts, s.policiesFor(w.gvr, nil), s.policiesFor(w.gvr, rescan), &seen)
+	listRV, err := w.readPages(ctx, scope, opts, view, s.policiesFor(w.gvr, nil), s.policiesFor(w.gvr, rescan), &seen)
 	if err != nil {
 		return err
 	}
@@ -289,14 +316,14 @@ func (w *watcher) list(ctx context.Context, namespace string, rescan policySet) 
 
 // readPages lists the resource in scope page by page and evaluates each page (see evaluatePage), recording
 // the objects seen, and returns the resourceVersion of the list. A continue token that expires starts the
-// list over.
-func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListOptions, every, only []audit.Policy,
+// list over. The list is made under view; when the layout changes meanwhile it stops with errShardChanged.
+func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListOptions, view shardView, every, only []audit.Policy,
 	seen *uidmap.Map[struct{}]) (listRV string, err error) {
 	s := w.scanner
 	// The next page is requested before the current one is evaluated, so that the API server encodes it
 	// while the workers evaluate: reading and evaluating one page after the other would leave the operator
 	// idle during every request and the API server idle during every evaluation.
-	next := w.fetch(ctx, scope, opts)
+	next := w.fetch(ctx, scope, opts, view)
 	for next != nil {
 		got := <-next
 		next = nil
@@ -309,21 +336,32 @@ func (w *watcher) readPages(ctx context.Context, scope string, opts metav1.ListO
 				// The continue token expired mid-list: start over, nothing is lost as seen is rebuilt.
 				opts.Continue = ""
 				*seen = uidmap.Map[struct{}]{}
-				next = w.fetch(ctx, scope, opts)
+				next = w.fetch(ctx, scope, opts, view)
 				continue
 			}
 			w.setReadError(got.err)
 			return "", fmt.Errorf("listing %s: %w", w.gvr, got.err)
 		}
+		if s.currentView().gen != view.gen {
+			// The layout changed while the page was read: it is not evaluated, nor the next one asked for.
+			s.returnPage(got)
+			return "", errShardChanged
+		}
 		page := got.page
 		if opts.Continue = page.List.GetContinue(); opts.Continue != "" {
-			next = w.fetch(ctx, scope, opts)
+			next = w.fetch(ctx, scope, opts, view)
 		}
-		err := w.evaluatePage(ctx, page, every, only, seen)
+		err := w.evaluatePage(ctx, page, view.gen, every, only, seen)
 		s.returnPage(got)
+		if err == nil && s.currentView().gen != view.gen {
+			err = errShardChanged
+		}
 		if err != nil {
 			if next != nil {
 				s.returnPage(<-next)
+			}
+			if errors.Is(err, errShardChanged) {
+				return "", err
 			}
 			w.setReadError(err)
 			return "", fmt.Errorf("listing %s: %w", w.gvr, err)
@@ -343,10 +381,11 @@ type fetched struct {
 	token bool
 }
 
-// fetch reads one page in the background. It takes a page token before its request, which the reader gives
-// back with returnPage once the page is evaluated or dropped, so that the pages held across resources stay
-// bounded. The result is always delivered, also when ctx ends, so that no token is lost.
-func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions) <-chan fetched {
+// fetch reads one page in the background and leaves on it the objects of view's namespaces only (see
+// shardPage). It takes a page token before its request, which the reader gives back with returnPage once the
+// page is evaluated or dropped, so that the pages held across resources stay bounded. The result is always
+// delivered, also when ctx ends, so that no token is lost.
+func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListOptions, view shardView) <-chan fetched {
 	out := make(chan fetched, 1)
 	go func() {
 		select {
@@ -356,6 +395,11 @@ func (w *watcher) fetch(ctx context.Context, namespace string, opts metav1.ListO
 			return
 		}
 		page, err := w.scanner.client.List(ctx, w.gvr, namespace, opts)
+		if err == nil {
+			if err = w.shardPage(page, view); err != nil {
+				err = fmt.Errorf("filtering a page on the shard selector: %w", err)
+			}
+		}
 		out <- fetched{page: page, err: err, token: true}
 	}()
 	return out
@@ -372,7 +416,10 @@ func (s *Scanner) returnPage(f fetched) {
 // the others with the policies in only. Workers decode the objects as they take them, so that a page's
 // decoded objects never all exist at once: decoded pages would be the largest part of the operator's heap
 // while it reads.
-func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, only []audit.Policy, seen *uidmap.Map[struct{}]) error {
+//
+// The page was read under the layout generation gen: an object whose results are dropped because the layout
+// changed since is forgotten, so that the relist under the new layout evaluates it anew.
+func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, gen uint64, every, only []audit.Policy, seen *uidmap.Map[struct{}]) error {
 	var (
 		mu       sync.Mutex // guards seen, digests and the first error while workers run
 		firstErr error
@@ -396,17 +443,24 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, 
 		if known && d == old {
 			policies = only
 		}
-		if len(policies) > 0 {
-			w.scanner.evaluate(ctx, w.gvr, obj, policies)
+		if len(policies) > 0 && !w.scanner.evaluate(ctx, w.gvr, obj, policies, gen) {
+			mu.Lock()
+			w.digests.Delete(uid)
+			mu.Unlock()
 		}
 	}
-	n := page.Len()
-	workers := min(w.scanner.opts.Workers, n)
+	forEach(page.Len(), w.scanner.opts.Workers, evaluate)
+	return firstErr
+}
+
+// forEach calls fn with 0..n-1 on up to workers goroutines, and returns when every call has.
+func forEach(n, workers int, fn func(i int)) {
+	workers = min(workers, n)
 	if workers <= 1 {
 		for i := range n {
-			evaluate(i)
+			fn(i)
 		}
-		return firstErr
+		return
 	}
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -415,7 +469,7 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, 
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				evaluate(i)
+				fn(i)
 			}
 		}()
 	}
@@ -424,7 +478,6 @@ func (w *watcher) evaluatePage(ctx context.Context, page *listjson.Page, every, 
 	}
 	close(next)
 	wg.Wait()
-	return firstErr
 }
 
 // watch follows changes from lastRV until the watch ends, a rescan is requested or ctx is done. It reports
@@ -433,14 +486,17 @@ func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	timeout := int64(w.scanner.opts.WatchTimeout / time.Second)
+	view := w.scanner.currentView()
 	wi, err := w.scanner.client.Watch(wctx, w.gvr, metav1.ListOptions{
 		ResourceVersion:     w.lastRV,
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,
+		ShardSelector:       view.selector,
 	})
 	if err != nil {
 		return apierrors.IsResourceExpired(err) || apierrors.IsGone(err), fmt.Errorf("watching %s: %w", w.gvr, err)
 	}
+	wi = shardWatch(wi, view)
 	defer wi.Stop()
 	for {
 		select {
@@ -452,14 +508,15 @@ func (w *watcher) watch(ctx context.Context) (expired bool, err error) {
 			if !ok {
 				return false, nil
 			}
-			if expired, err := w.handle(ctx, ev); expired || err != nil {
+			if expired, err := w.handle(ctx, ev, view.gen); expired || err != nil {
 				return expired, err
 			}
 		}
 	}
 }
 
-func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err error) {
+// handle applies one watch event read under the layout generation gen.
+func (w *watcher) handle(ctx context.Context, ev watch.Event, gen uint64) (expired bool, err error) {
 	if ev.Type == watch.Error {
 		status := apierrors.FromObject(ev.Object)
 		var se *apierrors.StatusError
@@ -487,7 +544,9 @@ func (w *watcher) handle(ctx context.Context, ev watch.Event) (expired bool, err
 			return false, nil
 		}
 		w.digests.Set(uid, d)
-		w.scanner.evaluate(ctx, w.gvr, obj, w.scanner.policiesFor(w.gvr, nil))
+		if !w.scanner.evaluate(ctx, w.gvr, obj, w.scanner.policiesFor(w.gvr, nil), gen) {
+			w.digests.Delete(uid)
+		}
 	}
 	return false, nil
 }

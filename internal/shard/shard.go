@@ -19,16 +19,21 @@ const KeyNamespace = "object.metadata.namespace"
 type Layout struct {
 	Index, Count int
 	Epoch        int64
+	// None is set for a member whose index is outside the count (a StatefulSet's pod being scaled away): it
+	// owns nothing and writes nothing.
+	None bool
 }
 
-// Sharded reports whether l splits the audit between more than one member.
-func (l Layout) Sharded() bool { return l.Count > 1 }
+// Sharded reports whether l splits the audit between more than one member, or leaves this member none of it.
+func (l Layout) Sharded() bool { return l.Count > 1 || l.None }
 
 // Validate reports a layout whose index is outside its count.
 func (l Layout) Validate() error {
 	switch {
 	case l.Count < 0:
 		return fmt.Errorf("shard count %d is negative", l.Count)
+	case l.None:
+		return nil
 	case l.Count == 0 && l.Index == 0:
 		return nil
 	case l.Index < 0 || l.Index >= l.Count:
@@ -39,7 +44,10 @@ func (l Layout) Validate() error {
 
 // String returns "index/count@epoch", or "unsharded".
 func (l Layout) String() string {
-	if !l.Sharded() {
+	switch {
+	case l.None:
+		return fmt.Sprintf("%d/%d@%d (none)", l.Index, l.Count, l.Epoch)
+	case !l.Sharded():
 		return "unsharded"
 	}
 	return fmt.Sprintf("%d/%d@%d", l.Index, l.Count, l.Epoch)
@@ -60,8 +68,11 @@ func (r Range) Contains(h uint64) bool {
 }
 
 // Range returns the member's range: the Index-th of Count equal contiguous ranges, the whole space when
-// the layout is not sharded.
+// the layout is not sharded, and an empty range (Start = End = 0) when it owns nothing.
 func (l Layout) Range() Range {
+	if l.None {
+		return Range{}
+	}
 	if !l.Sharded() {
 		return Range{Last: true}
 	}
@@ -90,6 +101,9 @@ func Hash(value string) uint64 {
 
 // OwnsNamespace reports whether the member owns the objects of namespace ("" for cluster-scoped ones).
 func (l Layout) OwnsNamespace(namespace string) bool {
+	if l.None {
+		return false
+	}
 	if !l.Sharded() {
 		return true
 	}
@@ -106,7 +120,8 @@ func (l Layout) Requirement() apisharding.ShardRangeRequirement {
 	return apisharding.ShardRangeRequirement{Key: KeyNamespace, Start: fmt.Sprintf("0x%016x", r.Start), End: end}
 }
 
-// Selector returns the member's range as a shard selector: Everything when the layout is not sharded. Its
+// Selector returns the member's range as a shard selector: Everything when the layout is not sharded. A
+// layout that owns nothing has no selector (KEP-5866 ranges are never empty): its member reads nothing. Its
 // String is the shardSelector of a LIST or WATCH; its Matches is the client-side filter.
 func (l Layout) Selector() apisharding.Selector {
 	if !l.Sharded() {

@@ -94,3 +94,61 @@ func TestUnshardedOwnsEverything(t *testing.T) {
 		t.Fatalf("zero layout: %v %q", l.Selector().String(), l)
 	}
 }
+
+func TestMemberOutsideTheCountOwnsNothing(t *testing.T) {
+	l := Member(3, 3, 7)
+	if !l.None || !l.Sharded() || l.Validate() != nil {
+		t.Fatalf("Member(3, 3, 7) = %+v (validate: %v), want an owner of nothing", l, l.Validate())
+	}
+	for k := range 200 {
+		if ns := fmt.Sprintf("ns-%d", k); l.OwnsNamespace(ns) {
+			t.Fatalf("%s owns %q", l, ns)
+		}
+	}
+	if l.OwnsNamespace("") {
+		t.Fatalf("%s owns the cluster-scoped objects", l)
+	}
+	if got := Member(1, 3, 7); got != (Layout{Index: 1, Count: 3, Epoch: 7}) {
+		t.Fatalf("Member(1, 3, 7) = %+v", got)
+	}
+}
+
+func TestOrdinal(t *testing.T) {
+	for _, tc := range []struct {
+		set, pod string
+		want     int
+		ok       bool
+	}{
+		{"celaudit", "celaudit-0", 0, true},
+		{"celaudit", "celaudit-12", 12, true},
+		{"cel-audit", "cel-audit-3", 3, true},
+		{"celaudit", "celaudit", 0, false},
+		{"celaudit", "celaudit-", 0, false},
+		{"celaudit", "celaudit-01", 0, false},
+		{"celaudit", "celaudit-x", 0, false},
+		{"celaudit", "celaudit--1", 0, false},
+		{"celaudit", "other-0", 0, false},
+		{"celaudit", "celaudit-7f9c-abcde", 0, false}, // a Deployment's pod
+	} {
+		got, err := Ordinal(tc.set, tc.pod)
+		if (err == nil) != tc.ok || (tc.ok && got != tc.want) {
+			t.Errorf("Ordinal(%q, %q) = %d, %v; want %d, ok=%v", tc.set, tc.pod, got, err, tc.want, tc.ok)
+		}
+	}
+}
+
+func TestEpochAnnotations(t *testing.T) {
+	l := Layout{Index: 2, Count: 4, Epoch: 9}
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Annotations: l.Annotations()}}
+	if cm.Annotations["celaudit.io/shard-epoch"] != "9" || cm.Annotations["celaudit.io/shard"] != "2/4" {
+		t.Fatalf("annotations %v", cm.Annotations)
+	}
+	if e, ok := EpochOf(cm); !ok || e != 9 {
+		t.Fatalf("EpochOf = %d, %v", e, ok)
+	}
+	for _, v := range []map[string]string{nil, {"celaudit.io/shard-epoch": "x"}} {
+		if _, ok := EpochOf(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Annotations: v}}); ok {
+			t.Fatalf("EpochOf(%v) found an epoch", v)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/crdrules"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
@@ -256,5 +257,106 @@ func BenchmarkCELFloor(b *testing.B) {
 				}
 			})
 		}
+	}
+}
+
+// mapPolicy is a MutatingAdmissionPolicy on resource (group/version/resource) with one ApplyConfiguration
+// mutation and one binding.
+func mapPolicy(tb testing.TB, group, resource, expression string) (*mutate.Compiled, []*admissionregistrationv1.MutatingAdmissionPolicyBinding) {
+	tb.Helper()
+	policy := &admissionregistrationv1.MutatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "defaults", UID: "uid-defaults", Generation: 1},
+		Spec: admissionregistrationv1.MutatingAdmissionPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{group}, APIVersions: []string{"v1"}, Resources: []string{resource}},
+				},
+			}}},
+			ReinvocationPolicy: admissionregistrationv1.NeverReinvocationPolicy,
+			Mutations: []admissionregistrationv1.Mutation{{
+				PatchType:          admissionregistrationv1.PatchTypeApplyConfiguration,
+				ApplyConfiguration: &admissionregistrationv1.ApplyConfiguration{Expression: expression},
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.MutatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "defaults"},
+		Spec:       admissionregistrationv1.MutatingAdmissionPolicyBindingSpec{PolicyName: "defaults"},
+	}
+	return mutate.Compile(policy), []*admissionregistrationv1.MutatingAdmissionPolicyBinding{binding}
+}
+
+// benchDeployment is a stored Deployment (defaulted, as the API server keeps it) with one container.
+func benchDeployment(tb testing.TB, pullPolicy string) *unstructured.Unstructured {
+	tb.Helper()
+	u := &unstructured.Unstructured{}
+	if err := u.UnmarshalJSON([]byte(`{"apiVersion":"apps/v1","kind":"Deployment","metadata":{"name":"d","namespace":"bench",` +
+		`"uid":"uid-d","generation":1,"labels":{"app":"d"}},"spec":{"replicas":1,"selector":{"matchLabels":{"app":"d"}},` +
+		`"template":{"metadata":{"labels":{"app":"d"}},"spec":{"containers":[{"name":"app","image":"nginx:1.25",` +
+		`"imagePullPolicy":"` + pullPolicy + `","resources":{},"terminationMessagePath":"/dev/termination-log",` +
+		`"terminationMessagePolicy":"File"}],"restartPolicy":"Always","terminationGracePeriodSeconds":30,` +
+		`"dnsPolicy":"ClusterFirst","securityContext":{},"schedulerName":"default-scheduler"}},` +
+		`"strategy":{"type":"RollingUpdate","rollingUpdate":{"maxUnavailable":"25%","maxSurge":"25%"}},` +
+		`"revisionHistoryLimit":10,"progressDeadlineSeconds":600}}`)); err != nil {
+		tb.Fatalf("decoding deployment: %v", err)
+	}
+	return u
+}
+
+// BenchmarkMAPMutation evaluates one object against a MutatingAdmissionPolicy with one ApplyConfiguration
+// mutation and one binding: matching, the API server's dispatcher and patcher, the defaults applied after
+// the patch and, on drift, the JSON patch of the change. The custom resource is the widget of the other
+// benchmarks; the Deployment is a built-in object, admitted through its internal version.
+func BenchmarkMAPMutation(b *testing.B) {
+	deps := vapDeps(b)
+	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{
+		{GroupVersion: "v1", APIResources: []metav1.APIResource{{Name: "namespaces", Kind: "Namespace", Verbs: metav1.Verbs{"list", "watch"}}}},
+		{GroupVersion: "bench.celaudit.io/v1", APIResources: []metav1.APIResource{{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}},
+		{GroupVersion: "apps/v1", APIResources: []metav1.APIResource{{Name: "deployments", Kind: "Deployment", Namespaced: true, Verbs: metav1.Verbs{"list", "watch"}}}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	deps.Resolver = resolver
+	types := mutate.NewTypes([]*apiextensionsv1.CustomResourceDefinition{widgetCRD(b)})
+	deploymentsGVR := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "deployments"}
+
+	blueWidget := widget(b, 3)
+	if err := unstructured.SetNestedField(blueWidget.Object, "blue", "spec", "color"); err != nil {
+		b.Fatal(err)
+	}
+	widgetSet := func() *mutate.Set {
+		c, bindings := mapPolicy(b, "bench.celaudit.io", "widgets", `Object{spec: Object.spec{color: "red"}}`)
+		return mutate.NewSet([]*mutate.Compiled{c}, bindings, types, deps)
+	}()
+	deploymentSet := func() *mutate.Set {
+		c, bindings := mapPolicy(b, "apps", "deployments", `Object{spec: Object.spec{template: Object.spec.template{spec: `+
+			`Object.spec.template.spec{containers: [Object.spec.template.spec.containers{name: "app", imagePullPolicy: "Always"}]}}}}`)
+		return mutate.NewSet([]*mutate.Compiled{c}, bindings, types, deps)
+	}()
+	for _, c := range []struct {
+		name    string
+		set     *mutate.Set
+		gvr     schema.GroupVersionResource
+		obj     *unstructured.Unstructured
+		verdict audit.Verdict
+	}{
+		{"crd/pass", widgetSet, widgetsGVR, widget(b, 3), audit.Pass},
+		{"crd/drift", widgetSet, widgetsGVR, blueWidget, audit.Warn},
+		{"deployment/pass", deploymentSet, deploymentsGVR, benchDeployment(b, "Always"), audit.Pass},
+		{"deployment/drift", deploymentSet, deploymentsGVR, benchDeployment(b, "IfNotPresent"), audit.Warn},
+	} {
+		ctx := context.Background()
+		out := c.set.Evaluate(ctx, c.gvr, c.obj)
+		if len(out.Results) != 1 || out.Results[0].Verdict != c.verdict || (c.verdict == audit.Warn) != (len(out.Patch) == 1) {
+			b.Fatalf("%s: outcome %+v, want one %s result", c.name, out, c.verdict)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				c.set.Evaluate(ctx, c.gvr, c.obj)
+			}
+		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -90,6 +91,10 @@ func TestChartOnAPIServer(t *testing.T) {
 		}
 	})
 
+	t.Run("upgrade to sharded replaces the Deployment with a StatefulSet, and back", func(t *testing.T) {
+		upgradeToShardedAndBack(ctx, t, c, kube)
+	})
+
 	t.Run("another release leaves CRDs it does not own alone", func(t *testing.T) {
 		// helm template --dry-run=server looks up as install does.
 		other := decode(t, mustHelm(t, kube("template", "other", chartDir, "--namespace", "other", "--dry-run=server")...))
@@ -156,6 +161,7 @@ func TestChartOnAPIServer(t *testing.T) {
 			"--set", "extraEnv[0].name=GODEBUG,extraEnv[0].value=x509sha1=0,serviceAccount.annotations.e=f",
 			"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=zone",
 			"--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists"}},
+		{"sharded", []string{"--set", sharded + ",metrics.serviceMonitor.enabled=true", "--set-string", "sharding.podDisruptionBudget.maxUnavailable=50%"}},
 		{"everything off", []string{"--set", "leaderElection.enabled=false,admissionPolicies.manage=false,reports.installCRDs=false",
 			"--set", "grafana.dashboard.enabled=false,policyReporter.listPasses=false,serviceAccount.create=false,serviceAccount.name=default"}},
 	} {
@@ -166,6 +172,51 @@ func TestChartOnAPIServer(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// upgradeToShardedAndBack upgrades the installed release to sharding.enabled with three replicas, which
+// replaces the Deployment with the StatefulSet and adds its headless Service, PDB and Role, then back, which
+// removes them, then to sharding.enabled with one replica, which keeps the Deployment and says why.
+func upgradeToShardedAndBack(ctx context.Context, t *testing.T, c client.Client, kube func(...string) []string) {
+	t.Helper()
+	out := mustHelm(t, kube("upgrade", release, chartDir, "--namespace", namespace, "--reuse-values", "--set", sharded)...)
+	for _, want := range []string{"rollout status statefulset/" + statefulSetName, "sharded over the 3 members of StatefulSet " + statefulSetName} {
+		if !strings.Contains(out, want) {
+			t.Errorf("helm upgrade's notes lack %q:\n%s", want, out)
+		}
+	}
+	shardedObjects := []client.Object{
+		&appsv1.StatefulSet{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: statefulSetName}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: headlessName}},
+		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: statefulSetName}},
+		&rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: memberRole}},
+	}
+	for _, obj := range shardedObjects {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); err != nil {
+			t.Errorf("after the upgrade to sharded: %v", err)
+		}
+	}
+	deployment := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: statefulSetName}}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(deployment), deployment); !apierrors.IsNotFound(err) {
+		t.Errorf("the Deployment after the upgrade to sharded: %v; want NotFound", err)
+	}
+	out = mustHelm(t, kube("upgrade", release, chartDir, "--namespace", namespace, "--reuse-values", "--set", "sharding.enabled=false,replicaCount=1")...)
+	if !strings.Contains(out, "rollout status deployment/"+statefulSetName) {
+		t.Errorf("helm upgrade's notes lack the Deployment's rollout:\n%s", out)
+	}
+	for _, obj := range shardedObjects {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(obj), obj); !apierrors.IsNotFound(err) {
+			t.Errorf("%T %s after the upgrade back: %v; want NotFound", obj, obj.GetName(), err)
+		}
+	}
+	if err := c.Get(ctx, client.ObjectKeyFromObject(deployment), deployment); err != nil {
+		t.Errorf("the Deployment after the upgrade back: %v", err)
+	}
+	// sharding.enabled with one replica installs the Deployment and says why.
+	out = mustHelm(t, kube("upgrade", release, chartDir, "--namespace", namespace, "--reuse-values", "--set", "sharding.enabled=true")...)
+	if !strings.Contains(out, "sharding.enabled needs replicaCount > 1") {
+		t.Errorf("helm upgrade's notes with sharding.enabled and one replica lack the warning:\n%s", out)
 	}
 }
 

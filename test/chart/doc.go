@@ -18,8 +18,13 @@
 // wrong type, a value outside its enum or bounds, a malformed duration) fails `helm lint --strict` and `helm
 // template` with a message naming the key, while the good ones pass.
 //
-// apiserver_test.go installs, upgrades and uninstalls the chart with `helm` against a real kube-apiserver
-// (envtest), checks that the shared PolicyReport CRDs are installed only when absent or owned by the release,
-// and sends every object the chart renders, under several value combinations, to the API server as a
-// server-side dry run with strict field validation.
+// sharding_test.go renders sharding.enabled: a StatefulSet instead of the Deployment, with the same pod
+// template apart from the membership's argument and environment, its headless Service, PodDisruptionBudget and
+// member Role, which it checks on a real kube-apiserver (its own StatefulSet only, list and watch by
+// metadata.name); with one replica, or disabled, the chart renders byte for byte what the defaults do.
+//
+// apiserver_test.go installs, upgrades (also to sharded and back) and uninstalls the chart with `helm` against
+// a real kube-apiserver (envtest), checks that the shared PolicyReport CRDs are installed only when absent or
+// owned by the release, and sends every object the chart renders, under several value combinations, to the
+// API server as a server-side dry run with strict field validation.
 package chart

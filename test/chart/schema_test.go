@@ -38,6 +38,11 @@ var badValues = []struct {
 	{"bad-duration-days.yaml", []string{"at '/audit/resyncPeriod'", "'1d' does not match pattern"}},
 	{"bad-duration-scrape-interval.yaml", []string{"at '/metrics/serviceMonitor/interval'", "'30 seconds' does not match pattern"}},
 	{"bad-exempt-resource.yaml", []string{"at '/admissionPolicies/exempt/resources/0'", "'configmaps' does not match pattern"}},
+	{"bad-type-sharding-enabled.yaml", []string{"at '/sharding/enabled'", "got string, want boolean"}},
+	{"bad-typo-sharding-key.yaml", []string{"at '/sharding'", "additional properties 'enable' not allowed"}},
+	{"bad-negative-max-unavailable.yaml", []string{"at '/sharding/podDisruptionBudget/maxUnavailable'", "minimum: got -1, want 1"}},
+	{"bad-zero-max-unavailable.yaml", []string{"at '/sharding/podDisruptionBudget/maxUnavailable'", "minimum: got 0, want 1"}},
+	{"bad-percent-max-unavailable.yaml", []string{"at '/sharding/podDisruptionBudget/maxUnavailable'", "'150%' does not match pattern"}},
 }
 
 // TestSchemaRejectsBadValues checks that each bad values file fails both `helm lint --strict` and `helm

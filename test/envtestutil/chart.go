@@ -24,7 +24,7 @@ import (
 )
 
 // ChartInstall is celaudit as the Helm chart installs it: its ServiceAccount with the rendered RBAC, and the
-// arguments the rendered Deployment passes.
+// arguments the rendered Deployment (or sharded StatefulSet) passes.
 type ChartInstall struct {
 	Identity
 	// Args are the manager container's arguments.
@@ -60,8 +60,9 @@ func RenderChart(t testing.TB, release, namespace string, args ...string) []*uns
 
 // ChartIdentity renders the chart (see RenderChart) as release "celaudit" in namespace "celaudit-system",
 // creates the namespace, applies the ServiceAccount, Roles, ClusterRoles and bindings it renders, and returns
-// a token-authenticated config for the ServiceAccount (TokenRequest API) with the Deployment's arguments. An
-// operator started with it (see ChartInstall.Options) has exactly the access and settings the chart gives.
+// a token-authenticated config for the ServiceAccount (TokenRequest API) with the arguments of the Deployment
+// (or, with sharding.enabled, of the StatefulSet). An operator started with it (see ChartInstall.Options) has
+// exactly the access and settings the chart gives.
 func (e *Env) ChartIdentity(t testing.TB, args ...string) ChartInstall {
 	t.Helper()
 	const release, namespace = "celaudit", "celaudit-system"
@@ -72,16 +73,27 @@ func (e *Env) ChartIdentity(t testing.TB, args ...string) ChartInstall {
 	objs := RenderChart(t, release, namespace, args...)
 	var inst ChartInstall
 	for _, o := range objs {
-		if o.GetKind() == "Deployment" {
+		var pod corev1.PodTemplateSpec
+		switch o.GetKind() {
+		case "Deployment":
 			var d appsv1.Deployment
 			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &d); err != nil {
 				t.Fatalf("converting the rendered Deployment: %v", err)
 			}
-			inst.Args = d.Spec.Template.Spec.Containers[0].Args
+			pod = d.Spec.Template
+		case "StatefulSet": // sharding.enabled
+			var s appsv1.StatefulSet
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &s); err != nil {
+				t.Fatalf("converting the rendered StatefulSet: %v", err)
+			}
+			pod = s.Spec.Template
+		default:
+			continue
 		}
+		inst.Args = pod.Spec.Containers[0].Args
 	}
 	if inst.Args == nil {
-		t.Fatal("the chart renders no Deployment with arguments")
+		t.Fatal("the chart renders no Deployment or StatefulSet with arguments")
 	}
 	id, err := e.applyIdentity(ctx, objs, "the chart")
 	if err != nil {
