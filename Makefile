@@ -12,6 +12,8 @@ GOLANGCI_LINT ?= $(LOCALBIN)/golangci-lint-$(GOLANGCI_LINT_VERSION)
 GO_TEST_FLAGS ?= -count=1 -timeout=25m
 BENCH_OBJECTS ?= 10000
 BENCH_AUDIT_POLICIES ?= 0
+BENCH_NAMESPACES ?= 100
+BENCH_ETCD_SEED ?=
 DEMO_ARGS ?=
 # How long make fuzz runs each fuzz target, and how long make test runs each after the seed corpora. make test
 # counts inputs rather than time: with Go before 1.27 a time limit can end a healthy run with a spurious
@@ -119,7 +121,7 @@ test-chart: envtest helm ## Lint and render the Helm chart, compare it with conf
 
 .PHONY: bench
 bench: envtest ## Run the micro and macro benchmarks and record them in BENCHMARKS.md.
-	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=$(BENCH_OBJECTS) BENCH_AUDIT_POLICIES="$(BENCH_AUDIT_POLICIES)" hack/bench.sh
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=$(BENCH_OBJECTS) BENCH_AUDIT_POLICIES="$(BENCH_AUDIT_POLICIES)" BENCH_NAMESPACES=$(BENCH_NAMESPACES) BENCH_ETCD_SEED=$(BENCH_ETCD_SEED) hack/bench.sh
 
 ##@ Build
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,14 +31,24 @@ rules:
 - level: None
 `
 
+// envOptions say how startEnv starts the control plane.
+type envOptions struct {
+	// dir holds the audit policy and log.
+	dir string
+	// etcdData is etcd's data directory, kept on stop; empty: a temporary one, removed on stop.
+	etcdData string
+	// quota is etcd's --quota-backend-bytes; 0 keeps etcd's default (2 GiB, too small for a million objects).
+	quota int64
+	// audit enables the API server's audit log of the operator's requests.
+	audit bool
+	// featureGates is the API server's --feature-gates, if any.
+	featureGates string
+}
+
 // startEnv starts the control plane as envtestutil.Start does, with the API server's audit log enabled for
-// the operator's user.
-func startEnv(dir string) (*envtestutil.Env, string, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, "", err
-	}
-	policy, logPath := filepath.Join(dir, "audit-policy.yaml"), filepath.Join(dir, "audit.log")
-	if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+// the operator's user when o.audit, and returns the audit log's path.
+func startEnv(o envOptions) (*envtestutil.Env, string, error) {
+	if err := os.MkdirAll(o.dir, 0o755); err != nil {
 		return nil, "", err
 	}
 	te := &envtest.Environment{
@@ -45,11 +56,30 @@ func startEnv(dir string) (*envtestutil.Env, string, error) {
 		CRDDirectoryPaths: []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases"),
 			filepath.Join(envtestutil.RepoRoot(), "config", "openreports")},
 		ErrorIfCRDPathMissing: true,
+		// An API server over a million stored objects fills its watch caches before it is ready.
+		ControlPlaneStartTimeout: 15 * time.Minute,
+		ControlPlaneStopTimeout:  5 * time.Minute,
 	}
-	te.ControlPlane.GetAPIServer().Configure().
-		Set("audit-policy-file", policy).
-		Set("audit-log-path", logPath).
-		Set("audit-log-format", "json")
+	etcd := &envtest.Etcd{DataDir: o.etcdData}
+	te.ControlPlane.Etcd = etcd
+	if o.quota > 0 {
+		etcd.Configure().Set("quota-backend-bytes", strconv.FormatInt(o.quota, 10))
+	}
+	if o.featureGates != "" {
+		te.ControlPlane.GetAPIServer().Configure().Set("feature-gates", o.featureGates)
+	}
+	var logPath string
+	if o.audit {
+		policy := filepath.Join(o.dir, "audit-policy.yaml")
+		logPath = filepath.Join(o.dir, "audit.log")
+		if err := os.WriteFile(policy, []byte(auditPolicy), 0o644); err != nil {
+			return nil, "", err
+		}
+		te.ControlPlane.GetAPIServer().Configure().
+			Set("audit-policy-file", policy).
+			Set("audit-log-path", logPath).
+			Set("audit-log-format", "json")
+	}
 	cfg, err := te.Start()
 	if err != nil {
 		return nil, "", fmt.Errorf("starting control plane: %w", err)

@@ -30,18 +30,20 @@ func procCPU(pid string) (time.Duration, error) {
 	return time.Duration(u+st) * 10 * time.Millisecond, nil
 }
 
-// controlPlaneCPU returns the CPU time used so far by the processes run from the envtest binaries (the
-// kube-apiserver and etcd serving the benchmark).
-func controlPlaneCPU() time.Duration {
+// controlPlanePIDs returns the processes run from the envtest binaries (the kube-apiserver and etcd
+// serving the benchmark) that this process started, by pid, with their binary's name: other engineers' and
+// other runs' control planes on the same machine run the same binaries.
+func controlPlanePIDs() map[string]string {
 	assets, err := filepath.EvalSymlinks(os.Getenv("KUBEBUILDER_ASSETS"))
 	if err != nil || assets == "" {
-		return 0
+		return nil
 	}
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return 0
+		return nil
 	}
-	var total time.Duration
+	self := strconv.Itoa(os.Getpid())
+	out := map[string]string{}
 	for _, e := range entries {
 		if _, err := strconv.Atoi(e.Name()); err != nil {
 			continue
@@ -50,11 +52,43 @@ func controlPlaneCPU() time.Duration {
 		if err != nil || !strings.HasPrefix(exe, assets+string(filepath.Separator)) {
 			continue
 		}
-		if d, err := procCPU(e.Name()); err == nil {
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so parse after the last ')'.
+		rest := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+		if len(rest) < 2 || rest[1] != self {
+			continue
+		}
+		out[e.Name()] = filepath.Base(exe)
+	}
+	return out
+}
+
+// controlPlaneCPU returns the CPU time used so far by the control plane this process started.
+func controlPlaneCPU() time.Duration {
+	var total time.Duration
+	for pid := range controlPlanePIDs() {
+		if d, err := procCPU(pid); err == nil {
 			total += d
 		}
 	}
 	return total
+}
+
+// controlPlaneMemory returns the resident and peak resident memory of the control plane's processes, by
+// binary name (kube-apiserver, etcd).
+func controlPlaneMemory() map[string]memory {
+	out := map[string]memory{}
+	for pid, name := range controlPlanePIDs() {
+		m, err := readMemory(pid)
+		if err != nil {
+			continue
+		}
+		out[name] = m
+	}
+	return out
 }
 
 // selfCPU returns the CPU time the harness itself used so far.

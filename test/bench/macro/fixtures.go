@@ -350,6 +350,8 @@ func createAll(ctx context.Context, c client.Client, objs []*object, workers int
 		firstErr error
 		errOnce  sync.Once
 	)
+	// Progress every 5%: a million objects take most of an hour.
+	step := max(len(objs)/20, 10000)
 	for range workers {
 		wg.Add(1)
 		go func() {
@@ -359,6 +361,12 @@ func createAll(ctx context.Context, c client.Client, objs []*object, workers int
 				if i >= len(objs) || ctx.Err() != nil {
 					return
 				}
+				if i > 0 && i%step == 0 {
+					took := time.Since(start)
+					cp := controlPlaneMemory()
+					logf("creating: %d of %d after %s (%.0f/s), load average %s, RSS kube-apiserver %s etcd %s", i, len(objs), took.Round(time.Second),
+						float64(i)/took.Seconds(), loadAverage(), mib(cp["kube-apiserver"].RSS), mib(cp["etcd"].RSS))
+				}
 				if err := createRetrying(ctx, c, objs[i].build()); err != nil {
 					errOnce.Do(func() { firstErr = err })
 					return
@@ -367,6 +375,9 @@ func createAll(ctx context.Context, c client.Client, objs []*object, workers int
 		}()
 	}
 	wg.Wait()
+	if firstErr == nil && ctx.Err() != nil {
+		firstErr = fmt.Errorf("creating objects: %w", ctx.Err())
+	}
 	return time.Since(start), firstErr
 }
 

@@ -45,9 +45,46 @@ type config struct {
 	profile       string
 	auditPolicies int
 	statusTimeout time.Duration
+	// etcdSeed keeps the created objects' etcd data for later runs; seedOnly only creates it.
+	etcdSeed          string
+	seedOnly          bool
+	quotaBackendBytes int64
+	// replicas and gates select the replica table instead of the one-replica run; apiFeatureGates are
+	// the API server's --feature-gates.
+	replicas        string
+	gates           string
+	apiFeatureGates string
 }
 
 func main() {
+	c := parseFlags()
+	ctrl.SetLogger(logr.Discard())
+	if c.auditPolicies < 0 {
+		fmt.Fprintln(os.Stderr, "macro: -audit-policies must not be negative")
+		os.Exit(2)
+	}
+
+	var err error
+	switch {
+	case c.goals != "":
+		err = writeGoals(c)
+	case c.micro != "":
+		err = writeMicro(c)
+	case c.replicas != "":
+		err = measureReplicas(c)
+	case c.seedOnly:
+		err = seedOnly(c)
+	default:
+		err = measure(c)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "macro:", err)
+		os.Exit(1)
+	}
+}
+
+// parseFlags reads the command line.
+func parseFlags() config {
 	var c config
 	flag.IntVar(&c.objects, "objects", 10000, "Audited objects to create.")
 	flag.IntVar(&c.namespaces, "namespaces", 100, "Namespaces the objects are spread over.")
@@ -68,35 +105,27 @@ func main() {
 	flag.StringVar(&c.profile, "profile", "", "Run the main measurement with a profiling build of celaudit (test/bench/profiled) and write the CPU profile of the first audit and a heap profile after it to this directory.")
 	flag.IntVar(&c.auditPolicies, "audit-policies", 0, "AuditPolicies (enforcement Audit) to create beside the ValidatingAdmissionPolicies: ten distinct ones, repeated under new names past ten. Their statuses are checked against the model.")
 	flag.DurationVar(&c.statusTimeout, "status-timeout", 2*time.Minute, "Give up waiting for the AuditPolicies' statuses to equal the model after this long.")
+	flag.StringVar(&c.etcdSeed, "etcd-seed", "", "Keep the etcd data of the created CRDs, namespaces, params and objects in this directory and reuse it: when it holds the same -objects and -namespaces, the run starts its control plane on a copy of it instead of creating them again.")
+	flag.BoolVar(&c.seedOnly, "seed-only", false, "Only create the -etcd-seed (if it does not exist yet) and exit.")
+	flag.Int64Var(&c.quotaBackendBytes, "quota-backend-bytes", 8<<30, "etcd's --quota-backend-bytes (its default, 2 GiB, holds about 700,000 of the benchmark's objects).")
+	flag.StringVar(&c.replicas, "replicas", "", "Instead of the one-replica run: comma-separated operator process counts (the first 1), each run over the same objects with static --shard-index/--shard-count, e.g. 1,2,3.")
+	flag.StringVar(&c.gates, "gates", "on,off", "With -replicas: the API server's ShardedListAndWatch settings to run the counts under, on and/or off.")
 	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
 	flag.Parse()
-	ctrl.SetLogger(logr.Discard())
-	if c.auditPolicies < 0 {
-		fmt.Fprintln(os.Stderr, "macro: -audit-policies must not be negative")
-		os.Exit(2)
-	}
-
-	var err error
-	switch {
-	case c.goals != "":
-		err = writeGoals(c)
-	case c.micro != "":
-		err = writeMicro(c)
-	default:
-		err = measure(c)
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "macro:", err)
-		os.Exit(1)
-	}
+	return c
 }
 
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "[macro %s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
 }
 
+// signalContext is cancelled by SIGINT and SIGTERM.
+func signalContext() (context.Context, context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
 func measure(c config) error {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := signalContext()
 	defer cancel()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: run through 'make bench' or set it to $(hack/setup-envtest.sh)")
@@ -145,6 +174,20 @@ func measure(c config) error {
 		return err
 	}
 	return runErr
+}
+
+// seedOnly creates the -etcd-seed of -objects objects, unless it exists.
+func seedOnly(c config) error {
+	if c.etcdSeed == "" {
+		return fmt.Errorf("-seed-only needs -etcd-seed")
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return fmt.Errorf("KUBEBUILDER_ASSETS is not set: set it to $(hack/setup-envtest.sh)")
+	}
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	_, err := ensureSeed(ctx, c, c.objects)
+	return err
 }
 
 // build builds the operator from the code of repo (named code) unless -build=false, and the profiling

@@ -116,7 +116,12 @@ func (o *operator) sample(every time.Duration) {
 
 // status reads the memory lines of /proc/<pid>/status, in bytes.
 func (o *operator) status() (map[string]int64, error) {
-	f, err := os.Open(filepath.Join("/proc", strconv.Itoa(o.cmd.Process.Pid), "status"))
+	return procStatus(strconv.Itoa(o.cmd.Process.Pid))
+}
+
+// procStatus returns the Vm* fields of process pid's /proc status, in bytes.
+func procStatus(pid string) (map[string]int64, error) {
+	f, err := os.Open(filepath.Join("/proc", pid, "status"))
 	if err != nil {
 		return nil, err
 	}
@@ -135,6 +140,15 @@ func (o *operator) status() (map[string]int64, error) {
 		}
 	}
 	return out, sc.Err()
+}
+
+// readMemory returns process pid's memory now.
+func readMemory(pid string) (memory, error) {
+	st, err := procStatus(pid)
+	if err != nil {
+		return memory{}, err
+	}
+	return memory{HWM: st["VmHWM"], RSS: st["VmRSS"], SampledMax: st["VmRSS"]}, nil
 }
 
 // memory is the operator's memory at one moment.

@@ -36,6 +36,13 @@ type Result struct {
 	ViolatingObjects int
 	Expected         counts
 	CreateSeconds    float64
+	// Seed is the -etcd-seed the run started on (its creation time is CreateSeconds); nil when the run
+	// created its objects.
+	Seed *Seed `json:",omitempty"`
+	// ControlPlaneStartSeconds is how long the control plane took to start (over a seed: to load it).
+	ControlPlaneStartSeconds float64
+	// ControlPlaneEnd is the kube-apiserver's and etcd's memory at the end of the run.
+	ControlPlaneEnd map[string]memory `json:",omitempty"`
 
 	ListSeconds        float64
 	ListRuns           []float64
@@ -84,6 +91,8 @@ type Result struct {
 		Matched        bool
 	}
 	ReportsAfterFirstAudit, ReportsEnd struct{ Count, Bytes, Listed int }
+	// EtcdAfterFirstAudit and EtcdEnd are the reports' bytes in etcd and etcd's database size.
+	EtcdAfterFirstAudit, EtcdEnd *EtcdBytes `json:",omitempty"`
 
 	Errors []string
 }
@@ -252,6 +261,28 @@ func mdCluster(p printer, r *Result) {
 		strings.Join(kinds, ", "), r.Namespaces, r.Namespaces, r.CRDs, r.VAPs, r.Bindings, apDescription(r.AuditPolicies),
 		thousands(r.ViolatingObjects), secs(r.CreateSeconds), float64(r.Objects)/max(r.CreateSeconds, 1e-9), r.Concurrency)
 	p("")
+	if s := r.Seed; s != nil {
+		p("The objects were created once, %s (load average %s at the start, %s at the end; no audit log; etcd data %s), "+
+			"into an `-etcd-seed` directory; this run started its control plane on a copy of it (%s to start and fill the watch caches). "+
+			"Control plane memory at the end of the creation: %s.",
+			s.Created.Format("2006-01-02 15:04 UTC"), s.LoadStart, s.LoadEnd, mib(s.DataBytes), secs(r.ControlPlaneStartSeconds), cpMemory(s.ControlPlane))
+		p("")
+	}
+	if len(r.ControlPlaneEnd) > 0 {
+		p("Control plane memory at the end of the run: %s.", cpMemory(r.ControlPlaneEnd))
+		p("")
+	}
+}
+
+// cpMemory formats the control plane's memory: VmRSS (VmHWM) of each process.
+func cpMemory(m map[string]memory) string {
+	var out []string
+	for _, name := range []string{"kube-apiserver", "etcd"} {
+		if x, ok := m[name]; ok {
+			out = append(out, fmt.Sprintf("%s RSS %s (peak %s)", name, mib(x.RSS), mib(x.HWM)))
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // mdFirstAudit writes the rows of the bare LIST and the first audit: time, CPU, results and memory.
@@ -323,6 +354,11 @@ func mdChanges(p printer, r *Result) {
 	p("| reports stored after the first audit / at the end: objects, JSON bytes, listed results | %d, %s B, %s / %d, %s B, %s |",
 		r.ReportsAfterFirstAudit.Count, thousands(r.ReportsAfterFirstAudit.Bytes), thousands(r.ReportsAfterFirstAudit.Listed),
 		r.ReportsEnd.Count, thousands(r.ReportsEnd.Bytes), thousands(r.ReportsEnd.Listed))
+	if r.EtcdAfterFirstAudit != nil && r.EtcdEnd != nil {
+		p("| reports in etcd (keys and values as stored) after the first audit / at the end: keys, bytes; etcd database size (in use) | %d, %s B / %d, %s B; %s (%s) |",
+			r.EtcdAfterFirstAudit.ReportKeys, thousands(int(r.EtcdAfterFirstAudit.ReportBytes)), r.EtcdEnd.ReportKeys, thousands(int(r.EtcdEnd.ReportBytes)),
+			mib(r.EtcdEnd.DBSize), mib(r.EtcdEnd.DBSizeInUse))
+	}
 	p("| operator CPU, whole run | %s |", secs(r.TotalCPUSeconds))
 }
 
@@ -542,6 +578,12 @@ func goalMemory(p printer, rs []*Result) {
 		}
 		p("| RSS <= 1 KiB per audited object above the empty baseline | %s | (%s − %s) / %s = %.0f B%s | %s |",
 			runLabel(r), mib(r.End.HWM), mib(r.Baseline.HWM), n, r.BytesPerObject, scope, met(r.Baseline.HWM > 0 && r.BytesPerObject <= 1024))
+	}
+	for _, r := range rs {
+		if r.Objects < 100000 {
+			continue
+		}
+		p("| operator RSS <= 1 GiB (stated at 1,000,000 objects) | %s | peak %s | %s |", runLabel(r), mib(r.End.HWM), met(r.End.HWM > 0 && r.End.HWM <= 1<<30))
 	}
 }
 

@@ -40,6 +40,11 @@ type reportState struct {
 	summary   counts
 	listed    map[listedKey]string // -> verdict
 	bytes     int
+	// shard is the report's celaudit.io/shard annotation ("index/count"), written in sharded mode.
+	shard string
+	// gvr and name, with namespace, name the report, to delete it.
+	gvr  schema.GroupVersionResource
+	name string
 }
 
 // reports follows celaudit's reports through one long watch per report kind, started before any measured
@@ -49,12 +54,16 @@ type reports struct {
 	byName    map[string]*reportState // namespace/name; cluster reports under "/name"
 	totals    counts
 	lastEvent time.Time
-	events    int
-	listeners []func(ns string, at time.Time)
-	errs      []error
+	// lastByShard is the time of the last event of a report, by its shard annotation ("" unsharded).
+	lastByShard map[string]time.Time
+	events      int
+	listeners   []func(ns string, at time.Time)
+	errs        []error
 }
 
-func newReports() *reports { return &reports{byName: map[string]*reportState{}} }
+func newReports() *reports {
+	return &reports{byName: map[string]*reportState{}, lastByShard: map[string]time.Time{}}
+}
 
 // watch follows the managed reports with an informer, so that a watch the API server closes (a slow
 // consumer during a burst of report writes, a timeout) resumes from the last resourceVersion instead of
@@ -91,7 +100,7 @@ func (r *reports) watch(ctx context.Context, dyn dynamic.Interface, api string) 
 					obj = d.Obj
 				}
 				if o, ok := obj.(runtime.Object); ok {
-					r.handle(watch.Event{Type: t, Object: o}, time.Now(), counted)
+					r.handle(watch.Event{Type: t, Object: o}, time.Now(), gvr, counted)
 				}
 			}
 		}
@@ -118,7 +127,7 @@ func (r *reports) fail(err error) {
 	r.errs = append(r.errs, err)
 }
 
-func (r *reports) handle(ev watch.Event, at time.Time, counted bool) {
+func (r *reports) handle(ev watch.Event, at time.Time, gvr schema.GroupVersionResource, counted bool) {
 	u, ok := ev.Object.(*unstructured.Unstructured)
 	if !ok {
 		if ev.Type == watch.Error {
@@ -136,20 +145,7 @@ func (r *reports) handle(ev watch.Event, at time.Time, counted bool) {
 		r.fail(fmt.Errorf("decoding report %s: %w", u.GetName(), err))
 		return
 	}
-	st := &reportState{
-		counted:   counted,
-		namespace: u.GetNamespace(),
-		summary:   counts{Pass: rep.Summary.Pass, Fail: rep.Summary.Fail, Warn: rep.Summary.Warn, Error: rep.Summary.Error, Skip: rep.Summary.Skip},
-		listed:    map[listedKey]string{},
-		bytes:     len(raw),
-	}
-	for _, res := range rep.Results {
-		k := listedKey{policy: res.Policy}
-		if len(res.Resources) > 0 {
-			k.kind, k.name = res.Resources[0].Kind, res.Resources[0].Name
-		}
-		st.listed[k] = string(res.Result)
-	}
+	st := newReportState(u, &rep, len(raw), gvr, counted)
 	key := u.GroupVersionKind().Group + "/" + u.GetNamespace() + "/" + u.GetName()
 
 	r.mu.Lock()
@@ -168,6 +164,9 @@ func (r *reports) handle(ev watch.Event, at time.Time, counted bool) {
 	if ev.Type != watch.Bookmark {
 		r.lastEvent = at
 		r.events++
+		if ev.Type != watch.Deleted {
+			r.lastByShard[st.shard] = at
+		}
 	}
 	var listeners []func(string, time.Time)
 	if counted {
@@ -177,6 +176,28 @@ func (r *reports) handle(ev watch.Event, at time.Time, counted bool) {
 	for _, l := range listeners {
 		l(u.GetNamespace(), at)
 	}
+}
+
+// newReportState is what the harness keeps of report u, decoded as rep, of size bytes.
+func newReportState(u *unstructured.Unstructured, rep *v1alpha2.PolicyReport, bytes int, gvr schema.GroupVersionResource, counted bool) *reportState {
+	st := &reportState{
+		counted:   counted,
+		namespace: u.GetNamespace(),
+		summary:   counts{Pass: rep.Summary.Pass, Fail: rep.Summary.Fail, Warn: rep.Summary.Warn, Error: rep.Summary.Error, Skip: rep.Summary.Skip},
+		listed:    map[listedKey]string{},
+		bytes:     bytes,
+		shard:     u.GetAnnotations()[shardAnnotation],
+		gvr:       gvr,
+		name:      u.GetName(),
+	}
+	for _, res := range rep.Results {
+		k := listedKey{policy: res.Policy}
+		if len(res.Resources) > 0 {
+			k.kind, k.name = res.Resources[0].Kind, res.Resources[0].Name
+		}
+		st.listed[k] = string(res.Result)
+	}
+	return st
 }
 
 // onEvent registers f, called after each report event with the report's namespace.

@@ -43,21 +43,43 @@ type cluster struct {
 	// aps follows the AuditPolicies' statuses; nil without AuditPolicies.
 	aps    *auditPolicyWatch
 	cancel context.CancelFunc
+	// removeOnStop is a directory removed once the control plane stopped: a run's copy of a seed.
+	removeOnStop string
 }
 
 // prepare starts a control plane and stores the cluster of n objects: CRDs without rules, namespaces,
 // params and objects, then the CRD rules and the policies (so that violating objects could be stored).
 func prepare(ctx context.Context, c config, n int, res *Result) (*cluster, error) {
-	env, auditLog, err := startEnv(filepath.Join(c.workdir, fmt.Sprintf("apiserver-%d", n)))
+	o := envOptions{dir: filepath.Join(c.workdir, fmt.Sprintf("apiserver-%d", n)), quota: c.quotaBackendBytes, audit: true, featureGates: c.apiFeatureGates}
+	seeded := c.etcdSeed != "" && n > 0
+	if seeded {
+		s, err := ensureSeed(ctx, c, n)
+		if err != nil {
+			return nil, fmt.Errorf("seed: %w", err)
+		}
+		res.Seed = &s
+		res.CreateSeconds = s.CreateSeconds
+		o.etcdData = filepath.Join(o.dir, "etcd")
+		if err := copySeed(c.etcdSeed, o.etcdData); err != nil {
+			return nil, err
+		}
+	}
+	start := time.Now()
+	env, auditLog, err := startEnv(o)
 	if err != nil {
 		return nil, err
 	}
+	res.ControlPlaneStartSeconds = time.Since(start).Seconds()
 	cl := &cluster{env: env, auditLog: auditLog, model: model{namespaces: c.namespaces, auditPolicies: c.auditPolicies}}
+	if seeded {
+		// The copy is only for this run.
+		cl.removeOnStop = o.etcdData
+	}
 	if err := cl.connect(filepath.Join(c.workdir, fmt.Sprintf("kubeconfig-%d", n))); err != nil {
 		cl.stop()
 		return nil, err
 	}
-	if err := cl.store(ctx, c, n, res); err != nil {
+	if err := cl.store(ctx, c, n, res, seeded); err != nil {
 		cl.stop()
 		return nil, err
 	}
@@ -99,12 +121,15 @@ func (cl *cluster) connect(kubeconfig string) error {
 
 // store stores the CRDs without rules, the namespaces, params and n objects, then the CRD rules, the
 // policies and the AuditPolicies.
-func (cl *cluster) store(ctx context.Context, c config, n int, res *Result) error {
-	if err := setupCluster(ctx, cl.client, c.namespaces); err != nil {
-		return err
-	}
+// With seeded, the control plane runs on a copy of a seed, which holds everything before the rules.
+func (cl *cluster) store(ctx context.Context, c config, n int, res *Result, seeded bool) error {
 	cl.objects = plan(n, c.namespaces)
-	if n > 0 {
+	if !seeded {
+		if err := setupCluster(ctx, cl.client, c.namespaces); err != nil {
+			return err
+		}
+	}
+	if n > 0 && !seeded {
 		logf("creating %d objects with %d goroutines", n, c.concurrency)
 		took, err := createAll(ctx, cl.client, cl.objects, c.concurrency)
 		if err != nil {
@@ -158,6 +183,11 @@ func (cl *cluster) stop() {
 	}
 	if err := cl.env.Stop(); err != nil {
 		logf("stopping control plane: %v", err)
+	}
+	if cl.removeOnStop != "" {
+		if err := os.RemoveAll(cl.removeOnStop); err != nil {
+			logf("removing %s: %v", cl.removeOnStop, err)
+		}
 	}
 }
 
@@ -381,6 +411,11 @@ func measureFirstAudit(ctx context.Context, c config, cl *cluster, res *Result) 
 		return op, err
 	}
 	res.ReportsAfterFirstAudit.Count, res.ReportsAfterFirstAudit.Bytes, res.ReportsAfterFirstAudit.Listed = cl.reports.size()
+	if e, err := cl.etcdBytes(ctx, reportAPI(c)); err == nil {
+		res.EtcdAfterFirstAudit = &e
+	} else {
+		res.Errors = append(res.Errors, err.Error())
+	}
 	// The statuses are part of the first audit's writes: the idle window starts once they are settled.
 	checkStatuses(ctx, c, cl, res, "after the first audit", op.started, &res.StatusAfterFirstAudit)
 	m1, err := cl.metrics.scrape(ctx)
@@ -490,7 +525,13 @@ func measureEnd(ctx context.Context, c config, cl *cluster, res *Result, op *ope
 	if res.End, err = op.memory(); err != nil {
 		return err
 	}
+	res.ControlPlaneEnd = controlPlaneMemory()
 	res.ReportsEnd.Count, res.ReportsEnd.Bytes, res.ReportsEnd.Listed = cl.reports.size()
+	if e, err := cl.etcdBytes(ctx, reportAPI(c)); err == nil {
+		res.EtcdEnd = &e
+	} else {
+		res.Errors = append(res.Errors, err.Error())
+	}
 	if c.objects > 0 && res.Baseline.HWM > 0 {
 		res.BytesPerObject = float64(res.End.HWM-res.Baseline.HWM) / float64(c.objects)
 		res.BytesPerObjectAfterFirstAudit = float64(res.AfterFirstAudit.HWM-res.Baseline.HWM) / float64(c.objects)
