@@ -26,6 +26,7 @@ func main() {
 	namespaces := flag.Int("namespaces", 1000, "Namespaces the objects are spread over.")
 	skews := flag.String("skew", "0,0.3", "Comma-separated fractions of the objects in one giant namespace (0: none).")
 	members := flag.String("members", "2,3,4", "Comma-separated member counts.")
+	stripes := flag.Int("stripes", 1, "Ranges per member for the namespace key: member i of m owns the ranges j of m·stripes with j mod m = i (1: one contiguous range each, as shard.Layout does).")
 	names := flag.String("names", "bench", "Namespace names: bench (the benchmark's bench-NNN) or random (ns- and 8 random hex digits).")
 	flag.Parse()
 	var ms []int
@@ -48,7 +49,7 @@ func main() {
 		}
 		w := newWorkload(*objects, *names, nsNames(*names, *namespaces), skew)
 		for _, m := range ms {
-			w.row(os.Stdout, m)
+			w.row(os.Stdout, m, *stripes)
 		}
 	}
 }
@@ -112,18 +113,23 @@ func uuid(rng *rand.Rand) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// row prints the namespace-key and UID-key rows of m members.
-func (w workload) row(out io.Writer, m int) {
+// row prints the namespace-key and UID-key rows of m members, the namespace key split into stripes ranges
+// per member.
+func (w workload) row(out io.Writer, m, stripes int) {
 	byNS, nsCount, byUID := make([]int, m), make([]int, m), make([]int, m)
 	for ns, n := range w.perNamespace {
-		i := owner(shard.Hash(ns), m)
+		i := owner(shard.Hash(ns), m*stripes) % m
 		byNS[i] += n
 		nsCount[i]++
 	}
 	for _, h := range w.uidHashes {
 		byUID[owner(h, m)]++
 	}
-	fmt.Fprintf(out, "| %s | namespace | %d | %s | %.2f | %s |\n", w.name, m, ints(byNS), imbalance(byNS), ints(nsCount))
+	key := "namespace"
+	if stripes > 1 {
+		key = fmt.Sprintf("namespace, %d ranges per member", stripes)
+	}
+	fmt.Fprintf(out, "| %s | %s | %d | %s | %.2f | %s |\n", w.name, key, m, ints(byNS), imbalance(byNS), ints(nsCount))
 	// By UID every member holds results of every namespace that has at least m objects.
 	fmt.Fprintf(out, "| %s | UID | %d | %s | %.2f | every namespace on every member |\n", w.name, m, ints(byUID), imbalance(byUID))
 }
