@@ -29,6 +29,8 @@ type auditPolicyObservation struct {
 	complete bool
 	at       time.Time
 	safety   results.Safety
+	// pending says why a sharded audit is not complete; "" when it is, or is not sharded.
+	pending string
 	// admissionPolicy names the ValidatingAdmissionPolicy registered for it, "" when none.
 	admissionPolicy string
 	// exemptions are what the audit and the registered pair leave out.
@@ -70,8 +72,12 @@ func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.
 		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: o.safety.Status, Reason: o.safety.Reason, Message: o.safety.Message})
 	case staleSafeToEnforce(st.Conditions, ap.Generation):
 		// A new generation is judged by its own audit, and a promotion waits for it.
+		message := "the first complete audit of the policy is in progress"
+		if o.pending != "" {
+			message += ": " + o.pending
+		}
 		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionUnknown, Reason: ReasonAuditPending,
-			Message: "the first complete audit of the policy is in progress"})
+			Message: message})
 	}
 	return st
 }

@@ -12,7 +12,6 @@ import (
 	"k8s.io/utils/clock"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/celaudit/celaudit/internal/audit"
 )
@@ -38,6 +37,8 @@ type crdReconciler struct {
 	Changed func()
 	// Warnings records the Warning Events of CRDs whose rules do not compile.
 	Warnings *warnings
+	// sharded runs the start-up listing on every member of a sharded audit, as the controller is.
+	sharded *sharding
 
 	mu       sync.Mutex
 	compiled map[string]compiledCRD
@@ -154,12 +155,7 @@ func (r *crdReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
 	}
-	err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return ctx.Err()
-		}
-		return r.listAtStartup(ctx)
-	}))
+	err := mgr.Add(listingOnStart(mgr, r.sharded, r.listAtStartup))
 	if err != nil {
 		return fmt.Errorf("adding CRD start-up listing: %w", err)
 	}

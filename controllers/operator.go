@@ -88,7 +88,8 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	// Every client made from here on writes through the fence.
+	// Every client made from here on writes through the fence, but a member's own AuditShard's.
+	unfenced := cfg
 	cfg = elect.fenced(cfg)
 	mgr, err := newManager(cfg, o, s, elect)
 	if err != nil {
@@ -98,7 +99,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	ready, err := setupPolicies(cfg, mgr, o, s, a)
+	ready, err := setupPolicies(cfg, unfenced, mgr, o, s, a)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +123,8 @@ type settings struct {
 	// exemptions are those the --exempt-* flags add to the built-in ones.
 	exemptions auditv1alpha1.Exemptions
 	log        logr.Logger
+	// shards is the sharding of the audit; nil when it is not sharded.
+	shards *sharding
 }
 
 // parse parses and checks the options.
@@ -144,11 +147,15 @@ func (o Options) parse() (settings, error) {
 	if err != nil {
 		return settings{}, err
 	}
+	shards, err := o.parseSharding()
+	if err != nil {
+		return settings{}, err
+	}
 	log := o.Logger
 	if log.GetSink() == nil {
 		log = ctrl.Log
 	}
-	return settings{verdicts: verdicts, reportAPIs: apis, exemptions: exemptions, log: log}, nil
+	return settings{verdicts: verdicts, reportAPIs: apis, exemptions: exemptions, log: log, shards: shards}, nil
 }
 
 // clientConfig returns a copy of cfg with the client limits of the options.
@@ -182,6 +189,10 @@ func newManager(cfg *rest.Config, o Options, s settings, elect *election) (ctrl.
 		for _, obj := range api.objects() {
 			reports[obj] = cache.ByObject{Label: labels.SelectorFromSet(labels.Set(managedSelector())), Transform: withKind(scheme, report.ForCache)}
 		}
+	}
+	if s.shards != nil {
+		// The members' AuditShards, in the operator's namespace only (a namespaced Role grants them).
+		reports[&auditv1alpha1.AuditShard{}] = cache.ByObject{Namespaces: map[string]cache.Config{s.shards.namespace: {}}}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                              scheme,
@@ -285,12 +296,12 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 	m := newAuditMetrics()
 	notifier := NewNotifier()
 	store := results.NewStore(notifier.Notify, results.KeepPasses(slices.Contains(s.verdicts, audit.Pass)))
-	disc, refresher, err := newDiscovery(cfg, mgr, s.log)
+	disc, refresher, err := newDiscovery(cfg, mgr, s)
 	if err != nil {
 		return nil, err
 	}
 	readErrors := &readErrorEvents{Reader: mgr.GetClient(), Recorder: events, Log: s.log.WithName("events")}
-	sc, err := newScan(cfg, mgr, o, s.log, countingSink{Sink: store, metrics: m}, m, disc, readErrors, notifier)
+	sc, err := newScan(cfg, mgr, o, s, countingSink{Sink: store, metrics: m}, m, disc, readErrors, notifier)
 	if err != nil {
 		return nil, err
 	}
@@ -308,14 +319,14 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 }
 
 // newDiscovery returns the served resources, and what refreshes them (added to mgr).
-func newDiscovery(cfg *rest.Config, mgr ctrl.Manager, log logr.Logger) (*views.Discovery, *views.Refresher, error) {
+func newDiscovery(cfg *rest.Config, mgr ctrl.Manager, s settings) (*views.Discovery, *views.Refresher, error) {
 	client, err := discovery.NewDiscoveryClientForConfig(cfg)
 	if err != nil {
 		return nil, nil, fmt.Errorf("creating discovery client: %w", err)
 	}
 	disc := views.NewDiscovery(client)
-	refresher := &views.Refresher{Discovery: disc, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond, Log: log.WithName("discovery")}
-	if err := mgr.Add(refresher); err != nil {
+	refresher := &views.Refresher{Discovery: disc, Interval: 5 * time.Minute, Delay: 500 * time.Millisecond, Log: s.log.WithName("discovery")}
+	if err := mgr.Add(everyMember(refresher, s.shards)); err != nil {
 		return nil, nil, fmt.Errorf("adding discovery refresher: %w", err)
 	}
 	return disc, refresher, nil
@@ -324,13 +335,13 @@ func newDiscovery(cfg *rest.Config, mgr ctrl.Manager, log logr.Logger) (*views.D
 // newScan returns the scanner (added to mgr), which reads the audited resources, evaluates their objects
 // and hands the results to sink. Its settling is a Recheck of the notifier: report writes held back for the
 // first audit or a rescan go then, and readiness is decided.
-func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sink scan.Sink, m *auditMetrics,
+func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, sink scan.Sink, m *auditMetrics,
 	disc *views.Discovery, readErrors *readErrorEvents, notifier *Notifier) (*scan.Scanner, error) {
 	reader, err := scan.NewClient(cfg, mgr.GetHTTPClient())
 	if err != nil {
 		return nil, fmt.Errorf("creating the audit client: %w", err)
 	}
-	sc := scan.NewScanner(timedClient{Client: reader, metrics: m, now: time.Now}, sink, log.WithName("scan"), scan.Options{
+	sc := scan.NewScanner(timedClient{Client: reader, metrics: m, now: time.Now}, sink, s.log.WithName("scan"), scan.Options{
 		PageSize:   o.PageSize,
 		Workers:    o.Workers,
 		Backoff:    o.ReadBackoff,
@@ -344,7 +355,7 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 		OnSettled:     notifier.Recheck,
 		OnShardMode:   m.shardModeChanged,
 	})
-	if err := mgr.Add(sc); err != nil {
+	if err := mgr.Add(everyMember(sc, s.shards)); err != nil {
 		return nil, fmt.Errorf("adding the scanner: %w", err)
 	}
 	return sc, nil
@@ -366,31 +377,33 @@ func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier) *start
 
 // setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the
 // scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
-func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
-	if err := setupCRDs(mgr, o, a.scan, a.startup, a.refresher, a.warnings); err != nil {
+func setupPolicies(cfg, unfenced *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
+	if err := setupCRDs(mgr, o, s.shards, a.scan, a.startup, a.refresher, a.warnings); err != nil {
 		return nil, err
 	}
-	vaps, err := setupVAPs(cfg, mgr, o, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
+	vaps, err := setupVAPs(cfg, mgr, o, s.shards, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
 	if err != nil {
 		return nil, err
 	}
-	ready, err := setupReadiness(mgr, o, s.log, a.store, a.progress, vaps, a.events, a.notifier)
+	ready, err := setupReadiness(mgr, o, s, a.store, a.progress, vaps, a.events, a.notifier)
 	if err != nil {
 		return nil, err
 	}
 	if a.auditPolicies {
-		if err := setupAuditPolicies(mgr, o, s, vaps, ready, a); err != nil {
+		if err := setupAuditPolicies(unfenced, mgr, o, s, vaps, ready, a); err != nil {
 			return nil, err
 		}
+	} else if s.shards != nil {
+		return nil, fmt.Errorf("a sharded audit needs the AuditPolicy and AuditShard CRDs (install config/crd)")
 	}
-	if err := setupNamespaces(mgr, o, a.scan, vaps); err != nil {
+	if err := setupNamespaces(mgr, o, s.shards, a.scan, vaps); err != nil {
 		return nil, err
 	}
 	return ready, nil
 }
 
 // setupCRDs sets up the reconciler that compiles one policy per audited CRD.
-func setupCRDs(mgr ctrl.Manager, o Options, registry policyRegistry, startup *startupGate, refresher *views.Refresher, warnings *warnings) error {
+func setupCRDs(mgr ctrl.Manager, o Options, sh *sharding, registry policyRegistry, startup *startupGate, refresher *views.Refresher, warnings *warnings) error {
 	excluded := o.excludedGroups()
 	err := (&crdReconciler{
 		Client:   mgr.GetClient(),
@@ -401,7 +414,8 @@ func setupCRDs(mgr ctrl.Manager, o Options, registry policyRegistry, startup *st
 		Startup:  startup,
 		Changed:  refresher.Trigger,
 		Warnings: warnings,
-	}).SetupWithManager(mgr, controllerOptions(o, o.Workers))
+		sharded:  sh,
+	}).SetupWithManager(mgr, memberControllerOptions(o, o.Workers, sh))
 	if err != nil {
 		return fmt.Errorf("setting up CRD controller: %w", err)
 	}
@@ -410,7 +424,7 @@ func setupCRDs(mgr ctrl.Manager, o Options, registry policyRegistry, startup *st
 
 // setupVAPs sets up the reconciler that binds one policy per ValidatingAdmissionPolicy, and the params it
 // reads; it returns the reconciler, through which AuditPolicies are registered too.
-func setupVAPs(cfg *rest.Config, mgr ctrl.Manager, o Options, registry policyRegistry, disc *views.Discovery,
+func setupVAPs(cfg *rest.Config, mgr ctrl.Manager, o Options, sh *sharding, registry policyRegistry, disc *views.Discovery,
 	startup *startupGate, warnings *warnings, auditPolicies bool) (*vapReconciler, error) {
 	namespaces, err := newCachedNamespaces(mgr.GetCache())
 	if err != nil {
@@ -431,14 +445,15 @@ func setupVAPs(cfg *rest.Config, mgr ctrl.Manager, o Options, registry policyReg
 		Warnings:   warnings,
 		// Only an AuditPolicy can own a policy, so that it is audited under the AuditPolicy's name.
 		AuditPolicies: auditPolicies,
+		sharded:       sh,
 	}
 	r.Params = views.NewParams(dyn, func() vap.ResourceResolver { return disc.Snapshot() }, r.paramsChanged, o.withheldParams())
 	// A forbidden param informer retries with client-go's backoff, not celaudit's read backoff: no bound.
 	r.Params.ForbiddenHint = forbiddenHint(0)
-	if err := mgr.Add(r.Params); err != nil {
+	if err := mgr.Add(everyMember(r.Params, sh)); err != nil {
 		return nil, fmt.Errorf("adding param source: %w", err)
 	}
-	if err := r.SetupWithManager(mgr, controllerOptions(o, o.Workers)); err != nil {
+	if err := r.SetupWithManager(mgr, memberControllerOptions(o, o.Workers, sh)); err != nil {
 		return nil, fmt.Errorf("setting up ValidatingAdmissionPolicy controller: %w", err)
 	}
 	return r, nil
@@ -461,13 +476,19 @@ func vapCompiler(o Options) func(audit.PolicyKey, *admissionregistrationv1.Valid
 // setupReadiness adds readiness, which keeps each policy's summary at the last complete audit (the per-policy
 // metrics and the SafeToEnforce Events). The notifier wakes it when results change and when the audit may
 // have settled.
-func setupReadiness(mgr ctrl.Manager, o Options, log logr.Logger, store *results.Store, progress *auditProgress,
+func setupReadiness(mgr ctrl.Manager, o Options, s settings, store *results.Store, progress *auditProgress,
 	vaps *vapReconciler, events EventRecorder, notifier *Notifier) (*readiness, error) {
-	r := newReadiness(store, progress.Settled, mgr.GetClient(), events, o.ReadinessInterval, log.WithName("readiness"))
+	var sums summarizer = store
+	if s.shards != nil {
+		// A member keeps its share; the leader adds the shares of AuditPolicies up into their status.
+		sums = ownedSummaries{store: store, source: s.shards.source}
+	}
+	r := newReadiness(sums, progress.Settled, mgr.GetClient(), events, o.ReadinessInterval, s.log.WithName("readiness"))
 	r.Subresources = vaps.subresources
+	r.Share = s.shards != nil
 	notifier.OnNotify(r.Changed)
 	notifier.OnRecheck(r.Changed)
-	if err := mgr.Add(r); err != nil {
+	if err := mgr.Add(everyMember(r, s.shards)); err != nil {
 		return nil, fmt.Errorf("adding readiness: %w", err)
 	}
 	return r, nil
@@ -501,7 +522,7 @@ func learnExemptions(c client.Client, extra auditv1alpha1.Exemptions, log logr.L
 // setupAuditPolicies sets up the reconciler that audits each AuditPolicy through vaps, registers its
 // admission policy in Warn and Deny, with the exemptions learnExemptions makes, and writes its status from
 // readiness.
-func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) error {
+func setupAuditPolicies(unfenced *rest.Config, mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) error {
 	exemptions, err := learnExemptions(mgr.GetClient(), s.exemptions, s.log)
 	if err != nil {
 		return err
@@ -518,10 +539,16 @@ func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconc
 		Startup:    a.startup,
 		Discovery:  a.discovery,
 		Failures:   a.failures,
+		sharded:    s.shards,
+	}
+	if s.shards != nil {
+		if err := setupShards(unfenced, mgr, s, r); err != nil {
+			return err
+		}
 	}
 	ready.OnChange(r.summariesChanged)
 	ready.OnAudit(r.auditCompleted)
-	if err := r.SetupWithManager(mgr, controllerOptions(o, o.Workers)); err != nil {
+	if err := r.SetupWithManager(mgr, memberControllerOptions(o, o.Workers, s.shards)); err != nil {
 		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
 	}
 	return nil
@@ -540,13 +567,13 @@ func served(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 }
 
 // setupNamespaces sets up the reconciler that rescans within a namespace whose labels changed.
-func setupNamespaces(mgr ctrl.Manager, o Options, registry policyRegistry, vaps *vapReconciler) error {
+func setupNamespaces(mgr ctrl.Manager, o Options, sh *sharding, registry policyRegistry, vaps *vapReconciler) error {
 	err := (&namespaceReconciler{
 		Client:     mgr.GetClient(),
 		Registry:   registry,
 		Dependents: vaps.namespaceDependents,
 		Since:      time.Now(),
-	}).SetupWithManager(mgr, controllerOptions(o, o.Workers))
+	}).SetupWithManager(mgr, memberControllerOptions(o, o.Workers, sh))
 	if err != nil {
 		return fmt.Errorf("setting up namespace controller: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/report"
+	"github.com/celaudit/celaudit/internal/shard"
 )
 
 // Options are celaudit's settings; BindFlags exposes them as command-line flags.
@@ -77,6 +78,9 @@ type Options struct {
 	MaxReadBackoff time.Duration
 	// Logger receives the operator's logs; ctrl.Log when unset. Tests set it to read what is logged.
 	Logger logr.Logger
+	// Shard is this member's layout in a sharded audit; nil when the audit is not sharded. Each member
+	// audits the namespaces it owns and publishes its counts in an AuditShard; the leader adds them up.
+	Shard shard.Source
 
 	// beforeVAPCompile, when set, is called with a ValidatingAdmissionPolicy's name before it is compiled:
 	// tests hold a compile back with it.

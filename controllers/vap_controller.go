@@ -23,7 +23,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
-	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
@@ -63,6 +62,8 @@ type vapReconciler struct {
 	Clock   clock.PassiveClock
 	// Warnings records the Warning Events of policies that do not compile and of bindings that bind nothing.
 	Warnings *warnings
+	// sharded runs the start-up listing on every member of a sharded audit, as the controller is.
+	sharded *sharding
 	// AuditPolicies says whether the AuditPolicy CRD is installed: only then can an AuditPolicy own a policy.
 	AuditPolicies bool
 
@@ -426,12 +427,7 @@ func (r *vapReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Bu
 		}); err != nil {
 		return fmt.Errorf("indexing bindings by policy: %w", err)
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
-		if !mgr.GetCache().WaitForCacheSync(ctx) {
-			return ctx.Err()
-		}
-		return r.listAtStartup(ctx)
-	})); err != nil {
+	if err := mgr.Add(listingOnStart(mgr, r.sharded, r.listAtStartup)); err != nil {
 		return fmt.Errorf("adding policy start-up listing: %w", err)
 	}
 	toPolicy := handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
