@@ -177,6 +177,7 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 			return result, o, err
 		}
 		o.summary, o.complete, o.at, o.pending = roll.summary, roll.complete, roll.at, roll.pending
+		ctrl.LoggerFrom(ctx).V(1).Info("Added up the members' audits", "complete", roll.complete, "pending", roll.pending)
 	}
 	paramNote := r.warn(ap, key, o.problems)
 	var subresources []string

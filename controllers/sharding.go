@@ -109,7 +109,8 @@ func setupShards(unfenced *rest.Config, mgr ctrl.Manager, s settings, r *auditPo
 		}
 		return fmt.Errorf("a sharded audit needs the AuditShard CRD (install config/crd)")
 	}
-	c, err := client.New(unfenced, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+	// Its own HTTP client: the manager's sends through the fence.
+	c, err := client.New(unfenced, client.Options{Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(),
 		Cache: &client.CacheOptions{Reader: mgr.GetCache()}})
 	if err != nil {
 		return fmt.Errorf("creating the AuditShard client: %w", err)

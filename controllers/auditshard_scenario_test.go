@@ -1,0 +1,200 @@
+package controllers_test
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+	"os"
+	"github.com/go-logr/logr/funcr"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/controllers"
+	"github.com/celaudit/celaudit/internal/shard"
+	"github.com/celaudit/celaudit/test/envtestutil"
+)
+
+// shardedMember is one in-process member of a sharded audit, counting its requests.
+type shardedMember struct {
+	requests *envtestutil.RequestCounter
+	stop     func()
+}
+
+// startMember runs member index of count as celaudit's shipped identity, with leader election.
+func startMember(t *testing.T, id envtestutil.Identity, index, count int) shardedMember {
+	t.Helper()
+	opts := auditPolicyOptions()
+	opts.LeaderElect, opts.LeaderElectionNS = true, id.Namespace
+	opts.Shard = shard.Static(shard.Layout{Index: index, Count: count})
+	opts.Logger = funcr.New(func(prefix, args string) { fmt.Fprintf(os.Stderr, "M%d %s %s\n", index, prefix, args) }, funcr.Options{Verbosity: 1})
+	requests := &envtestutil.RequestCounter{}
+	_, stop := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
+	return shardedMember{requests: requests, stop: stop}
+}
+
+// auditShardsPublished waits until the AuditShards of the given indexes list the AuditPolicies names, each
+// audited at its current generation.
+func auditShardsPublished(t *testing.T, namespace string, indexes []int, names ...string) {
+	t.Helper()
+	ctx := context.Background()
+	envtestutil.Eventually(t, 2*time.Minute, func() error {
+		for _, i := range indexes {
+			as := &v1alpha1.AuditShard{}
+			if err := env.Client.Get(ctx, client.ObjectKey{Namespace: namespace, Name: fmt.Sprintf("shard-%d", i)}, as); err != nil {
+				return err
+			}
+			for _, name := range names {
+				ap := &v1alpha1.AuditPolicy{}
+				if err := env.Client.Get(ctx, client.ObjectKey{Name: name}, ap); err != nil {
+					return err
+				}
+				found := false
+				for _, p := range as.Status.Policies {
+					found = found || (p.Name == name && p.Generation == ap.Generation)
+				}
+				if !found {
+					return fmt.Errorf("AuditShard shard-%d has no audit of %s generation %d: %+v", i, name, ap.Generation, as.Status)
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// TestShardedRollup: three members with static layouts 0/3, 1/3 and 2/3 audit namespaces with violations of
+// an AuditPolicy. With two of them running, the AuditPolicy's status claims no complete audit and the
+// enforcement gate refuses Deny to a clean policy; with the third, the leader alone writes the status, which
+// equals what one unsharded celaudit writes, and registers the clean policy for Deny.
+func TestShardedRollup(t *testing.T) {
+	ctx := context.Background()
+	const owner, clean = "shr-owner", "shr-clean"
+	// Namespace k holds k+1 ConfigMaps without an owner and one with: distinct counts, so that the order
+	// of the top namespaces is fixed. Eleven namespaces: the top ten leave the first one out. (Names that
+	// differ in their first letter: FNV-1a spreads a change of the last letters little.)
+	var namespaces []string
+	want := v1alpha1.AuditPolicyStatus{}
+	for k := range 11 {
+		ns := fmt.Sprintf("%c-shr", 'a'+k)
+		namespaces = append(namespaces, ns)
+		create(t, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{"shr": "yes"}}})
+		deleteAfter(t, namespace(ns))
+		create(t, configMap(ns, "owned", map[string]string{"owner": "x"}))
+		for j := range k + 1 {
+			create(t, configMap(ns, fmt.Sprintf("orphan-%d", j), map[string]string{"a": "b"}))
+		}
+		want.Matched += int64(k + 2)
+		want.Pass++
+		want.Warn += int64(k + 1)
+		want.TopNamespaces = append([]v1alpha1.NamespaceViolations{{Namespace: ns, Violations: int64(k + 1)}}, want.TopNamespaces...)
+	}
+	want.Violations = want.Warn
+	want.TopNamespaces = want.TopNamespaces[:10]
+	// Every member owns some of them: the fixture exercises the sum, not one member's share.
+	for i := range 3 {
+		owns := 0
+		for _, ns := range namespaces {
+			if (shard.Layout{Index: i, Count: 3}).OwnsNamespace(ns) {
+				owns++
+			}
+		}
+		if owns == 0 {
+			t.Fatalf("fixture: member %d/3 owns none of %v", i, namespaces)
+		}
+	}
+
+	id := env.ShippedIdentity(t)
+	t.Cleanup(func() {
+		_ = env.Client.DeleteAllOf(context.Background(), &v1alpha1.AuditShard{}, client.InNamespace(id.Namespace))
+	})
+	members := []shardedMember{startMember(t, id, 0, 3), startMember(t, id, 1, 3)}
+
+	deleteAuditPolicyAfter(t, owner)
+	deleteAuditPolicyAfter(t, clean)
+	create(t, ownerAuditPolicy(owner, "shr", "every ConfigMap needs an owner"))
+	cleanPolicy := ownerAuditPolicy(clean, "shr", "every ConfigMap has a name")
+	cleanPolicy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "object.metadata.name != ''", Message: "every ConfigMap has a name"}}
+	cleanPolicy.Spec.Enforcement = v1alpha1.Deny
+	create(t, cleanPolicy)
+
+	// Two of three members: both published, yet nothing is claimed complete and Deny is refused.
+	auditShardsPublished(t, id.Namespace, []int{0, 1}, owner, clean)
+	expectAuditPolicy(t, owner, func(ap *v1alpha1.AuditPolicy) error {
+		c := condition(ap, v1alpha1.ConditionSafeToEnforce)
+		if c.Status != metav1.ConditionUnknown || c.Reason != controllers.ReasonAuditPending || !strings.Contains(c.Message, "(0/3, 1/3) do not cover every namespace") {
+			return fmt.Errorf("SafeToEnforce with members 0/3 and 1/3 published: %+v", c)
+		}
+		if ap.Status.Matched != 0 || ap.Status.Violations != 0 || ap.Status.LastAuditTime != nil || len(ap.Status.TopNamespaces) != 0 {
+			return fmt.Errorf("counts claimed from two of three members: %+v", ap.Status)
+		}
+		return nil
+	})
+	expectAuditPolicy(t, clean, enforcedIs(metav1.ConditionFalse, controllers.ReasonNotSafeToEnforce, "the sharded audit of generation 1 is not complete"))
+	if policy, binding := pairExists(t, clean); policy || binding {
+		t.Fatalf("the clean policy was registered for Deny with one member missing (policy %v, binding %v)", policy, binding)
+	}
+
+	// The third member: the rollup is complete.
+	members = append(members, startMember(t, id, 2, 3))
+	sharded := expectAuditPolicy(t, owner, func(ap *v1alpha1.AuditPolicy) error {
+		if err := statusIs(want.Matched, want.Pass, 0, want.Warn, 0, metav1.ConditionFalse)(ap); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(ap.Status.TopNamespaces, want.TopNamespaces) || ap.Status.LastAuditTime == nil {
+			return fmt.Errorf("top namespaces %v (last audit %v), want %v", ap.Status.TopNamespaces, ap.Status.LastAuditTime, want.TopNamespaces)
+		}
+		return nil
+	})
+	expectAuditPolicy(t, clean, both(safeToEnforceIs(metav1.ConditionTrue, "NoViolations"), enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered)))
+	expectRegistered(t, clean, true)
+
+	// One writer: the leader wrote AuditPolicies and the pair, the others none; every member its AuditShard.
+	writers := 0
+	for i, m := range members {
+		if m.requests.Writes("auditshards") == 0 {
+			t.Errorf("member %d/3 never wrote its AuditShard", i)
+		}
+		policyWrites := m.requests.Writes("auditpolicies")
+		pairWrites := m.requests.Writes("validatingadmissionpolicies") + m.requests.Writes("validatingadmissionpolicybindings")
+		if policyWrites > 0 {
+			writers++
+			if pairWrites == 0 {
+				t.Errorf("member %d/3 wrote AuditPolicies but not the pair", i)
+			}
+		} else if pairWrites > 0 {
+			t.Errorf("member %d/3, not the AuditPolicies' writer, wrote the pair %d times", i, pairWrites)
+		}
+	}
+	if writers != 1 {
+		t.Fatalf("%d members wrote AuditPolicies, want the leader alone", writers)
+	}
+
+	// One unsharded celaudit writes the same status.
+	for _, m := range members {
+		m.stop()
+	}
+	opts := auditPolicyOptions()
+	opts.LeaderElect, opts.LeaderElectionNS = true, id.Namespace
+	envtestutil.StartOperator(t, id.Config, opts)
+	single := expectAuditPolicy(t, owner, func(ap *v1alpha1.AuditPolicy) error {
+		if ap.Status.LastAuditTime == nil || !ap.Status.LastAuditTime.After(sharded.Status.LastAuditTime.Time) {
+			return fmt.Errorf("status not rewritten by the unsharded celaudit: last audit %v", ap.Status.LastAuditTime)
+		}
+		return nil
+	})
+	got, ref := sharded.Status, single.Status
+	if got.Matched != ref.Matched || got.Pass != ref.Pass || got.Fail != ref.Fail || got.Warn != ref.Warn || got.Error != ref.Error ||
+		got.Skip != ref.Skip || got.Violations != ref.Violations || !reflect.DeepEqual(got.TopNamespaces, ref.TopNamespaces) {
+		t.Errorf("sharded status %+v\nunsharded status %+v", got, ref)
+	}
+	if gs, rs := condition(sharded, v1alpha1.ConditionSafeToEnforce), condition(single, v1alpha1.ConditionSafeToEnforce); gs.Status != rs.Status || gs.Reason != rs.Reason {
+		t.Errorf("sharded SafeToEnforce %s %s, unsharded %s %s", gs.Status, gs.Reason, rs.Status, rs.Reason)
+	}
+	_ = ctx
+}
