@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
-	"os"
-	"github.com/go-logr/logr/funcr"
 
+	"github.com/go-logr/logr/funcr"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,14 +17,40 @@ import (
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/controllers"
+	"github.com/celaudit/celaudit/internal/fence"
 	"github.com/celaudit/celaudit/internal/shard"
 	"github.com/celaudit/celaudit/test/envtestutil"
 )
 
-// shardedMember is one in-process member of a sharded audit, counting its requests.
+// shardedMember is one in-process member of a sharded audit, counting its requests and keeping its logs.
 type shardedMember struct {
 	requests *envtestutil.RequestCounter
+	logs     *lockedLines
 	stop     func()
+}
+
+// lockedLines are log lines written from several goroutines.
+type lockedLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *lockedLines) add(line string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, line)
+}
+
+func (l *lockedLines) containing(s string) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []string
+	for _, line := range l.lines {
+		if strings.Contains(line, s) {
+			out = append(out, line)
+		}
+	}
+	return out
 }
 
 // startMember runs member index of count as celaudit's shipped identity, with leader election.
@@ -33,10 +59,11 @@ func startMember(t *testing.T, id envtestutil.Identity, index, count int) sharde
 	opts := auditPolicyOptions()
 	opts.LeaderElect, opts.LeaderElectionNS = true, id.Namespace
 	opts.Shard = shard.Static(shard.Layout{Index: index, Count: count})
-	opts.Logger = funcr.New(func(prefix, args string) { fmt.Fprintf(os.Stderr, "M%d %s %s\n", index, prefix, args) }, funcr.Options{Verbosity: 1})
+	logs := &lockedLines{}
+	opts.Logger = funcr.New(func(prefix, args string) { logs.add(prefix + " " + args) }, funcr.Options{})
 	requests := &envtestutil.RequestCounter{}
 	_, stop := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
-	return shardedMember{requests: requests, stop: stop}
+	return shardedMember{requests: requests, logs: logs, stop: stop}
 }
 
 // auditShardsPublished waits until the AuditShards of the given indexes list the AuditPolicies names, each
@@ -73,7 +100,6 @@ func auditShardsPublished(t *testing.T, namespace string, indexes []int, names .
 // enforcement gate refuses Deny to a clean policy; with the third, the leader alone writes the status, which
 // equals what one unsharded celaudit writes, and registers the clean policy for Deny.
 func TestShardedRollup(t *testing.T) {
-	ctx := context.Background()
 	const owner, clean = "shr-owner", "shr-clean"
 	// Namespace k holds k+1 ConfigMaps without an owner and one with: distinct counts, so that the order
 	// of the top namespaces is fixed. Eleven namespaces: the top ten leave the first one out. (Names that
@@ -155,8 +181,13 @@ func TestShardedRollup(t *testing.T) {
 	expectRegistered(t, clean, true)
 
 	// One writer: the leader wrote AuditPolicies and the pair, the others none; every member its AuditShard.
+	// The others did not even try: the leader's fence, which refuses their writes before they are sent
+	// (and counted), logged none.
 	writers := 0
 	for i, m := range members {
+		if refused := m.logs.containing(fence.ErrNotHeld.Error()); len(refused) > 0 {
+			t.Errorf("member %d/3 tried %d writes only the leader may send, first: %s", i, len(refused), refused[0])
+		}
 		if m.requests.Writes("auditshards") == 0 {
 			t.Errorf("member %d/3 never wrote its AuditShard", i)
 		}
@@ -196,5 +227,4 @@ func TestShardedRollup(t *testing.T) {
 	if gs, rs := condition(sharded, v1alpha1.ConditionSafeToEnforce), condition(single, v1alpha1.ConditionSafeToEnforce); gs.Status != rs.Status || gs.Reason != rs.Reason {
 		t.Errorf("sharded SafeToEnforce %s %s, unsharded %s %s", gs.Status, gs.Reason, rs.Status, rs.Reason)
 	}
-	_ = ctx
 }
