@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -100,7 +101,8 @@ func memberControllerOptions(o Options, workers int, sh *sharding) func(*ctrl.Bu
 
 // setupShards gives the AuditPolicy reconciler r what a sharded audit needs: the publisher of this
 // member's AuditShard (added to mgr, run by every member, writing with the unfenced config), the leader's
-// rollup of every member's, and whether this process leads.
+// rollup of every member's and whether this process leads; and adds the leader's removal of the AuditShards
+// of members gone.
 func setupShards(unfenced *rest.Config, mgr ctrl.Manager, s settings, r *auditPolicyReconciler) error {
 	gvk := auditv1alpha1.GroupVersion.WithKind("AuditShard")
 	if ok, err := served(mgr.GetRESTMapper(), gvk); err != nil || !ok {
@@ -120,6 +122,11 @@ func setupShards(unfenced *rest.Config, mgr ctrl.Manager, s settings, r *auditPo
 		return fmt.Errorf("adding the AuditShard publisher: %w", err)
 	}
 	r.Rollups = &shardRollups{Reader: mgr.GetClient(), Namespace: s.shards.namespace, Source: s.shards.source}
+	janitor := &shardJanitor{Client: mgr.GetClient(), Namespace: s.shards.namespace, Source: s.shards.source,
+		Clock: clock.RealClock{}, Log: s.log.WithName("auditshard")}
+	if err := mgr.Add(janitor); err != nil {
+		return fmt.Errorf("adding the removal of gone members' AuditShards: %w", err)
+	}
 	r.Leads = func() bool { return elected(mgr) }
 	return nil
 }
