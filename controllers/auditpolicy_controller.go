@@ -185,6 +185,9 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		subresources = st.policy.Subresources()
 	}
 	o.safety = results.SafetyOf(o.summary, o.complete, subresources)
+	if r.Rollups != nil {
+		r.Rollups.record(ap.Name, o.complete, o.summary, o.safety)
+	}
 	gate := gateInputs{
 		enforcement: ap.EnforcementOrDefault(),
 		generation:  ap.Generation,
@@ -247,6 +250,7 @@ func (r *auditPolicyReconciler) remove(ctx context.Context, name string, uid typ
 	r.mu.Unlock()
 	if r.Publisher != nil {
 		r.Publisher.Forget(name)
+		r.Rollups.forget(name)
 	}
 	if err := r.Policies.remove(ctx, audit.AuditPolicyKey(name)); err != nil {
 		return err

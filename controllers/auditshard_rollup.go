@@ -3,13 +3,17 @@ package controllers
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
+	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/results"
 	"github.com/celaudit/celaudit/internal/shard"
 )
@@ -106,6 +110,104 @@ type shardRollups struct {
 	Namespace string
 	// Source is the leader's own layout: its epoch is the current one.
 	Source shard.Source
+
+	mu sync.Mutex
+	// last is what the leader last decided of each AuditPolicy, for its metrics.
+	last map[string]rolledUp
+}
+
+// rolledUp is what the leader last decided of one AuditPolicy: the counts of the last complete rollup,
+// whether the latest one is complete, and whether it is safe to enforce.
+type rolledUp struct {
+	summary  results.Summary
+	complete bool
+	safe     bool
+}
+
+// record records what the leader decided of the AuditPolicy name: an incomplete rollup keeps the counts of
+// the last complete one, as the AuditPolicy's status does.
+func (s *shardRollups) record(name string, complete bool, sum results.Summary, safety results.Safety) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.last == nil {
+		s.last = map[string]rolledUp{}
+	}
+	r := s.last[name]
+	r.complete, r.safe = complete, complete && safety.Safe()
+	if complete {
+		r.summary = sum
+	}
+	s.last[name] = r
+}
+
+// forget drops the AuditPolicy name, which is gone.
+func (s *shardRollups) forget(name string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.last, name)
+}
+
+func (s *shardRollups) snapshot() map[string]rolledUp {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.last)
+}
+
+// rollupCollector exposes, on the leader, each AuditPolicy across all members: the members' own
+// celaudit_policy_* metrics each describe a share. Only the leader adds up, so only its metrics have these.
+type rollupCollector struct {
+	rollups   *shardRollups
+	results   *prometheus.Desc
+	violating *prometheus.Desc
+	complete  *prometheus.Desc
+	safe      *prometheus.Desc
+}
+
+func newRollupCollector(r *shardRollups) *rollupCollector {
+	labels := []string{"policy"}
+	return &rollupCollector{
+		rollups: r,
+		results: prometheus.NewDesc("celaudit_auditpolicy_rollup_results",
+			"Results of each AuditPolicy by verdict across all members of a sharded audit, at the last complete audit of all of them (leader only).",
+			[]string{"policy", "result"}, nil),
+		violating: prometheus.NewDesc("celaudit_auditpolicy_rollup_violating_objects",
+			"Objects with a fail or warn result of each AuditPolicy across all members, at the last complete audit of all of them (leader only).", labels, nil),
+		complete: prometheus.NewDesc("celaudit_auditpolicy_rollup_complete",
+			"1 when every member of the current epoch, covering every namespace, has completed an audit of the AuditPolicy's current generation; else 0 (leader only).", labels, nil),
+		safe: prometheus.NewDesc("celaudit_auditpolicy_rollup_safe_to_enforce",
+			"1 when the AuditPolicy is safe to enforce from a complete audit of all members; else 0 (leader only).", labels, nil),
+	}
+}
+
+func (c *rollupCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.results
+	ch <- c.violating
+	ch <- c.complete
+	ch <- c.safe
+}
+
+func (c *rollupCollector) Collect(ch chan<- prometheus.Metric) {
+	last := c.rollups.snapshot()
+	for _, name := range slices.Sorted(maps.Keys(last)) {
+		r := last[name]
+		s := r.summary
+		for _, v := range []struct {
+			verdict audit.Verdict
+			n       int
+		}{{audit.Pass, s.Pass}, {audit.Fail, s.Fail}, {audit.Warn, s.Warn}, {audit.Error, s.Error}, {audit.Skip, s.Skip}} {
+			ch <- prometheus.MustNewConstMetric(c.results, prometheus.GaugeValue, float64(v.n), name, string(v.verdict))
+		}
+		ch <- prometheus.MustNewConstMetric(c.violating, prometheus.GaugeValue, float64(s.Violating), name)
+		ch <- prometheus.MustNewConstMetric(c.complete, prometheus.GaugeValue, boolGauge(r.complete), name)
+		ch <- prometheus.MustNewConstMetric(c.safe, prometheus.GaugeValue, boolGauge(r.safe), name)
+	}
+}
+
+func boolGauge(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // Rollup returns the AuditPolicy name at generation added up over the members of the current epoch.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/go-logr/logr/funcr"
+	"github.com/prometheus/client_golang/prometheus"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 
 // shardedMember is one in-process member of a sharded audit, counting its requests and keeping its logs.
 type shardedMember struct {
+	op       *controllers.Operator
 	requests *envtestutil.RequestCounter
 	logs     *lockedLines
 	stop     func()
@@ -62,8 +64,41 @@ func startMember(t *testing.T, id envtestutil.Identity, index, count int) sharde
 	logs := &lockedLines{}
 	opts.Logger = funcr.New(func(prefix, args string) { logs.add(prefix + " " + args) }, funcr.Options{})
 	requests := &envtestutil.RequestCounter{}
-	_, stop := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
-	return shardedMember{requests: requests, logs: logs, stop: stop}
+	op, stop := envtestutil.StartOperator(t, requests.Wrap(id.Config), opts)
+	return shardedMember{op: op, requests: requests, logs: logs, stop: stop}
+}
+
+// rollupMetrics returns the celaudit_auditpolicy_rollup_* series of policy an operator exports, by name and,
+// for results, verdict ("celaudit_auditpolicy_rollup_results/warn").
+func rollupMetrics(t *testing.T, op *controllers.Operator, policy string) map[string]float64 {
+	t.Helper()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(controllers.Collectors(op)...)
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "celaudit_auditpolicy_rollup_") {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			key, mine := f.GetName(), false
+			for _, l := range m.GetLabel() {
+				switch l.GetName() {
+				case "policy":
+					mine = l.GetValue() == policy
+				case "result":
+					key += "/" + l.GetValue()
+				}
+			}
+			if mine {
+				out[key] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }
 
 // auditShardsPublished waits until the AuditShards of the given indexes list the AuditPolicies names, each
@@ -204,6 +239,29 @@ func TestShardedRollup(t *testing.T) {
 	}
 	if writers != 1 {
 		t.Fatalf("%d members wrote AuditPolicies, want the leader alone", writers)
+	}
+	// The leader alone exports the rollup's metrics.
+	exporters := 0
+	for i, m := range members {
+		got := rollupMetrics(t, m.op, owner)
+		if len(got) == 0 {
+			continue
+		}
+		exporters++
+		if m.requests.Writes("auditpolicies") == 0 {
+			t.Errorf("member %d/3 exports rollup metrics but is not the leader: %v", i, got)
+		}
+		if got["celaudit_auditpolicy_rollup_complete"] != 1 || got["celaudit_auditpolicy_rollup_results/warn"] != float64(want.Warn) ||
+			got["celaudit_auditpolicy_rollup_results/pass"] != float64(want.Pass) || got["celaudit_auditpolicy_rollup_violating_objects"] != float64(want.Warn) ||
+			got["celaudit_auditpolicy_rollup_safe_to_enforce"] != 0 {
+			t.Errorf("the leader's rollup metrics of %s: %v", owner, got)
+		}
+		if cm := rollupMetrics(t, m.op, clean); cm["celaudit_auditpolicy_rollup_safe_to_enforce"] != 1 {
+			t.Errorf("the leader's rollup metrics of %s: %v", clean, cm)
+		}
+	}
+	if exporters != 1 {
+		t.Errorf("%d members export rollup metrics, want the leader alone", exporters)
 	}
 
 	// One unsharded celaudit writes the same status.

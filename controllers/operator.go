@@ -99,7 +99,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	ready, err := setupPolicies(cfg, unfenced, mgr, o, s, a)
+	ready, rollups, err := setupPolicies(cfg, unfenced, mgr, o, s, a)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +110,11 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := addChecks(mgr, a.progress, o.LeaderElect); err != nil {
 		return nil, err
 	}
-	collectors := register(append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))...)
+	cs := append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))
+	if rollups != nil {
+		cs = append(cs, newRollupCollector(rollups))
+	}
+	collectors := register(cs...)
 	return &Operator{Manager: mgr, Settled: a.progress.Settled, Results: a.store, readiness: ready, collectors: collectors}, nil
 }
 
@@ -376,30 +380,33 @@ func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier) *start
 }
 
 // setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the
-// scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
-func setupPolicies(cfg, unfenced *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
+// scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness, and
+// the leader's rollups of a sharded audit (nil when it is not sharded).
+func setupPolicies(cfg, unfenced *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, *shardRollups, error) {
 	if err := setupCRDs(mgr, o, s.shards, a.scan, a.startup, a.refresher, a.warnings); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	vaps, err := setupVAPs(cfg, mgr, o, s.shards, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ready, err := setupReadiness(mgr, o, s, a.store, a.progress, vaps, a.events, a.notifier)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if a.auditPolicies {
-		if err := setupAuditPolicies(unfenced, mgr, o, s, vaps, ready, a); err != nil {
-			return nil, err
+	var rollups *shardRollups
+	switch {
+	case a.auditPolicies:
+		if rollups, err = setupAuditPolicies(unfenced, mgr, o, s, vaps, ready, a); err != nil {
+			return nil, nil, err
 		}
-	} else if s.shards != nil {
-		return nil, fmt.Errorf("a sharded audit needs the AuditPolicy and AuditShard CRDs (install config/crd)")
+	case s.shards != nil:
+		return nil, nil, fmt.Errorf("a sharded audit needs the AuditPolicy and AuditShard CRDs (install config/crd)")
 	}
 	if err := setupNamespaces(mgr, o, s.shards, a.scan, vaps); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ready, nil
+	return ready, rollups, nil
 }
 
 // setupCRDs sets up the reconciler that compiles one policy per audited CRD.
@@ -521,11 +528,11 @@ func learnExemptions(c client.Client, extra auditv1alpha1.Exemptions, log logr.L
 
 // setupAuditPolicies sets up the reconciler that audits each AuditPolicy through vaps, registers its
 // admission policy in Warn and Deny, with the exemptions learnExemptions makes, and writes its status from
-// readiness.
-func setupAuditPolicies(unfenced *rest.Config, mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) error {
+// readiness. It returns the leader's rollups of a sharded audit, nil when it is not sharded.
+func setupAuditPolicies(unfenced *rest.Config, mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) (*shardRollups, error) {
 	exemptions, err := learnExemptions(mgr.GetClient(), s.exemptions, s.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r := &auditPolicyReconciler{
 		Client:     mgr.GetClient(),
@@ -543,15 +550,15 @@ func setupAuditPolicies(unfenced *rest.Config, mgr ctrl.Manager, o Options, s se
 	}
 	if s.shards != nil {
 		if err := setupShards(unfenced, mgr, s, r); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	ready.OnChange(r.summariesChanged)
 	ready.OnAudit(r.auditCompleted)
 	if err := r.SetupWithManager(mgr, memberControllerOptions(o, o.Workers, s.shards)); err != nil {
-		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
+		return nil, fmt.Errorf("setting up AuditPolicy controller: %w", err)
 	}
-	return nil
+	return r.Rollups, nil
 }
 
 // served reports whether the API server serves gvk.
