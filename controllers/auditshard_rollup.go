@@ -163,13 +163,16 @@ type rollupCollector struct {
 	safe      *prometheus.Desc
 }
 
+// labelPolicy is the label of the rollup metrics naming the AuditPolicy.
+const labelPolicy = "policy"
+
 func newRollupCollector(r *shardRollups) *rollupCollector {
-	labels := []string{"policy"}
+	labels := []string{labelPolicy}
 	return &rollupCollector{
 		rollups: r,
 		results: prometheus.NewDesc("celaudit_auditpolicy_rollup_results",
 			"Results of each AuditPolicy by verdict across all members of a sharded audit, at the last complete audit of all of them (leader only).",
-			[]string{"policy", "result"}, nil),
+			[]string{labelPolicy, "result"}, nil),
 		violating: prometheus.NewDesc("celaudit_auditpolicy_rollup_violating_objects",
 			"Objects with a fail or warn result of each AuditPolicy across all members, at the last complete audit of all of them (leader only).", labels, nil),
 		complete: prometheus.NewDesc("celaudit_auditpolicy_rollup_complete",

@@ -130,15 +130,12 @@ func auditShardsPublished(t *testing.T, namespace string, indexes []int, names .
 	})
 }
 
-// TestShardedRollup: three members with static layouts 0/3, 1/3 and 2/3 audit namespaces with violations of
-// an AuditPolicy. With two of them running, the AuditPolicy's status claims no complete audit and the
-// enforcement gate refuses Deny to a clean policy; with the third, the leader alone writes the status, which
-// equals what one unsharded celaudit writes, and registers the clean policy for Deny.
-func TestShardedRollup(t *testing.T) {
-	const owner, clean = "shr-owner", "shr-clean"
-	// Namespace k holds k+1 ConfigMaps without an owner and one with: distinct counts, so that the order
-	// of the top namespaces is fixed. Eleven namespaces: the top ten leave the first one out. (Names that
-	// differ in their first letter: FNV-1a spreads a change of the last letters little.)
+// shardedFixture creates eleven namespaces labelled shr=yes: namespace k holds k+1 ConfigMaps without an owner
+// and one with (distinct counts, so that the order of the top namespaces is fixed; the top ten leave the first
+// one out). It returns the status ownerAuditPolicy writes of them in Audit, worked out by hand. Names differ in
+// their first letter: FNV-1a spreads a change of the last letters little.
+func shardedFixture(t *testing.T) v1alpha1.AuditPolicyStatus {
+	t.Helper()
 	var namespaces []string
 	want := v1alpha1.AuditPolicyStatus{}
 	for k := range 11 {
@@ -169,23 +166,13 @@ func TestShardedRollup(t *testing.T) {
 			t.Fatalf("fixture: member %d/3 owns none of %v", i, namespaces)
 		}
 	}
+	return want
+}
 
-	id := env.ShippedIdentity(t)
-	t.Cleanup(func() {
-		_ = env.Client.DeleteAllOf(context.Background(), &v1alpha1.AuditShard{}, client.InNamespace(id.Namespace))
-	})
-	members := []shardedMember{startMember(t, id, 0, 3), startMember(t, id, 1, 3)}
-
-	deleteAuditPolicyAfter(t, owner)
-	deleteAuditPolicyAfter(t, clean)
-	create(t, ownerAuditPolicy(owner, "shr", "every ConfigMap needs an owner"))
-	cleanPolicy := ownerAuditPolicy(clean, "shr", "every ConfigMap has a name")
-	cleanPolicy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "object.metadata.name != ''", Message: "every ConfigMap has a name"}}
-	cleanPolicy.Spec.Enforcement = v1alpha1.Deny
-	create(t, cleanPolicy)
-
-	// Two of three members: both published, yet nothing is claimed complete and Deny is refused.
-	auditShardsPublished(t, id.Namespace, []int{0, 1}, owner, clean)
+// expectNothingClaimed waits until the leader says, of owner, that members 0/3 and 1/3 do not cover every
+// namespace, with no counts; and of clean, in Deny, that the gate refuses it, with nothing registered.
+func expectNothingClaimed(t *testing.T, owner, clean string) {
+	t.Helper()
 	expectAuditPolicy(t, owner, func(ap *v1alpha1.AuditPolicy) error {
 		c := condition(ap, v1alpha1.ConditionSafeToEnforce)
 		if c.Status != metav1.ConditionUnknown || c.Reason != controllers.ReasonAuditPending || !strings.Contains(c.Message, "(0/3, 1/3) do not cover every namespace") {
@@ -200,24 +187,13 @@ func TestShardedRollup(t *testing.T) {
 	if policy, binding := pairExists(t, clean); policy || binding {
 		t.Fatalf("the clean policy was registered for Deny with one member missing (policy %v, binding %v)", policy, binding)
 	}
+}
 
-	// The third member: the rollup is complete.
-	members = append(members, startMember(t, id, 2, 3))
-	sharded := expectAuditPolicy(t, owner, func(ap *v1alpha1.AuditPolicy) error {
-		if err := statusIs(want.Matched, want.Pass, 0, want.Warn, 0, metav1.ConditionFalse)(ap); err != nil {
-			return err
-		}
-		if !reflect.DeepEqual(ap.Status.TopNamespaces, want.TopNamespaces) || ap.Status.LastAuditTime == nil {
-			return fmt.Errorf("top namespaces %v (last audit %v), want %v", ap.Status.TopNamespaces, ap.Status.LastAuditTime, want.TopNamespaces)
-		}
-		return nil
-	})
-	expectAuditPolicy(t, clean, both(safeToEnforceIs(metav1.ConditionTrue, "NoViolations"), enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered)))
-	expectRegistered(t, clean, true)
-
-	// One writer: the leader wrote AuditPolicies and the pair, the others none; every member its AuditShard.
-	// The others did not even try: the leader's fence, which refuses their writes before they are sent
-	// (and counted), logged none.
+// expectOneWriter checks that one member, the leader, wrote AuditPolicies and the pair, and the others none
+// (nor tried: the leader's fence, which refuses their writes before they are sent and counted, logged none);
+// and that every member wrote its AuditShard.
+func expectOneWriter(t *testing.T, members []shardedMember) {
+	t.Helper()
 	writers := 0
 	for i, m := range members {
 		if refused := m.logs.containing(fence.ErrNotHeld.Error()); len(refused) > 0 {
@@ -228,19 +204,25 @@ func TestShardedRollup(t *testing.T) {
 		}
 		policyWrites := m.requests.Writes("auditpolicies")
 		pairWrites := m.requests.Writes("validatingadmissionpolicies") + m.requests.Writes("validatingadmissionpolicybindings")
-		if policyWrites > 0 {
+		switch {
+		case policyWrites > 0:
 			writers++
 			if pairWrites == 0 {
 				t.Errorf("member %d/3 wrote AuditPolicies but not the pair", i)
 			}
-		} else if pairWrites > 0 {
+		case pairWrites > 0:
 			t.Errorf("member %d/3, not the AuditPolicies' writer, wrote the pair %d times", i, pairWrites)
 		}
 	}
 	if writers != 1 {
 		t.Fatalf("%d members wrote AuditPolicies, want the leader alone", writers)
 	}
-	// The leader alone exports the rollup's metrics.
+}
+
+// expectRollupMetrics checks that the leader alone exports the rollup's metrics: owner's counts as want,
+// complete and not safe; clean safe.
+func expectRollupMetrics(t *testing.T, members []shardedMember, owner, clean string, want v1alpha1.AuditPolicyStatus) {
+	t.Helper()
 	exporters := 0
 	for i, m := range members {
 		got := rollupMetrics(t, m.op, owner)
@@ -263,6 +245,48 @@ func TestShardedRollup(t *testing.T) {
 	if exporters != 1 {
 		t.Errorf("%d members export rollup metrics, want the leader alone", exporters)
 	}
+}
+
+// TestShardedRollup: three members with static layouts 0/3, 1/3 and 2/3 audit namespaces with violations of
+// an AuditPolicy. With two of them running, the AuditPolicy's status claims no complete audit and the
+// enforcement gate refuses Deny to a clean policy; with the third, the leader alone writes the status, which
+// equals what one unsharded celaudit writes, and registers the clean policy for Deny.
+func TestShardedRollup(t *testing.T) {
+	const owner, clean = "shr-owner", "shr-clean"
+	want := shardedFixture(t)
+	id := env.ShippedIdentity(t)
+	t.Cleanup(func() {
+		_ = env.Client.DeleteAllOf(context.Background(), &v1alpha1.AuditShard{}, client.InNamespace(id.Namespace))
+	})
+	members := []shardedMember{startMember(t, id, 0, 3), startMember(t, id, 1, 3)}
+
+	deleteAuditPolicyAfter(t, owner)
+	deleteAuditPolicyAfter(t, clean)
+	create(t, ownerAuditPolicy(owner, "shr", "every ConfigMap needs an owner"))
+	cleanPolicy := ownerAuditPolicy(clean, "shr", "every ConfigMap has a name")
+	cleanPolicy.Spec.Validations = []admissionregistrationv1.Validation{{Expression: "object.metadata.name != ''", Message: "every ConfigMap has a name"}}
+	cleanPolicy.Spec.Enforcement = v1alpha1.Deny
+	create(t, cleanPolicy)
+
+	// Two of three members: both published, yet nothing is claimed complete and Deny is refused.
+	auditShardsPublished(t, id.Namespace, []int{0, 1}, owner, clean)
+	expectNothingClaimed(t, owner, clean)
+
+	// The third member: the rollup is complete.
+	members = append(members, startMember(t, id, 2, 3))
+	sharded := expectAuditPolicy(t, owner, func(ap *v1alpha1.AuditPolicy) error {
+		if err := statusIs(want.Matched, want.Pass, 0, want.Warn, 0, metav1.ConditionFalse)(ap); err != nil {
+			return err
+		}
+		if !reflect.DeepEqual(ap.Status.TopNamespaces, want.TopNamespaces) || ap.Status.LastAuditTime == nil {
+			return fmt.Errorf("top namespaces %v (last audit %v), want %v", ap.Status.TopNamespaces, ap.Status.LastAuditTime, want.TopNamespaces)
+		}
+		return nil
+	})
+	expectAuditPolicy(t, clean, both(safeToEnforceIs(metav1.ConditionTrue, "NoViolations"), enforcedIs(metav1.ConditionTrue, controllers.ReasonRegistered)))
+	expectRegistered(t, clean, true)
+	expectOneWriter(t, members)
+	expectRollupMetrics(t, members, owner, clean, want)
 
 	// One unsharded celaudit writes the same status.
 	for _, m := range members {
