@@ -281,9 +281,8 @@ func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditPa
 		}
 	}
 	apply := func(l shard.Layout) {
-		if !l.None {
-			a.scan.SetShard(l)
-		}
+		// A layout that owns nothing stops every read (see scan.Scanner.SetShard).
+		a.scan.SetShard(l)
 		members.scanned.Store(&l)
 		releaseMember(a.scan, a.startup, members)
 		for _, ns := range a.store.Namespaces() {
@@ -305,9 +304,7 @@ func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditPa
 	members.source.Subscribe(apply)
 	if l, known := members.source.Layout(); known {
 		// Static, or set before: the scanner's first LIST carries the range.
-		if !l.None {
-			a.scan.SetShard(l)
-		}
+		a.scan.SetShard(l)
 		members.scanned.Store(&l)
 	}
 	return nil
