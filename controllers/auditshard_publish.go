@@ -135,10 +135,12 @@ func (p *shardPublisher) Start(ctx context.Context) error {
 }
 
 // publish writes the member's AuditShard when it differs from the stored one. A member that knows no layout
-// yet, or is not sharded, writes nothing; nor does one whose AuditShard a member of a later epoch holds.
+// yet, or is not sharded, writes nothing; nor does one that owns nothing (scaled away: its AuditShard stays
+// at its last epoch, which the leader's rollup ignores and its janitor removes), nor one whose AuditShard a
+// member of a later epoch holds.
 func (p *shardPublisher) publish(ctx context.Context) error {
 	l, ok := p.Source.Layout()
-	if !ok || !l.Sharded() {
+	if !ok || !l.Sharded() || l.None {
 		return nil
 	}
 	want := p.status(l)

@@ -1,6 +1,7 @@
 package controllers
 
 import (
+	"context"
 	"testing"
 
 	"github.com/go-logr/logr"
@@ -73,5 +74,19 @@ func TestShardPublisherWritesOnChangeOnly(t *testing.T) {
 	p.Forget("p")
 	if !published(p) || len(p.status(l).Policies) != 0 {
 		t.Fatal("a removed AuditPolicy stayed published")
+	}
+}
+
+// A member scaled away (its ordinal at or beyond the replicas) owns nothing and writes no AuditShard: the
+// publisher, whose client is nil here, returns before any request.
+func TestShardPublisherOfMemberOwningNothingWritesNothing(t *testing.T) {
+	none := shard.Member(3, 3, 8)
+	if !none.None {
+		t.Fatalf("ordinal 3 of 3 replicas: layout %s, want one that owns nothing", none)
+	}
+	p := newShardPublisher(nil, "celaudit-system", shard.Static(none), logr.Discard())
+	p.Observed("p", 2, true, t0, results.Summary{Matched: 1, Judged: 1, Pass: 1})
+	if err := p.publish(context.Background()); err != nil {
+		t.Fatalf("publishing as a member owning nothing: %v", err)
 	}
 }
