@@ -32,6 +32,10 @@ func (s ownedSummaries) Summaries() map[audit.PolicyKey]results.Summary {
 	return s.store.SummariesWhere(l.OwnsNamespace)
 }
 
+// Every member writes its own AuditShard through the namespaced Role of its namespace; the cluster-wide read
+// is for the audit of celaudit's own CRDs, whose rules judge AuditShards as any other custom resource.
+// +kubebuilder:rbac:groups=audit.celaudit.io,resources=auditshards,verbs=get;list;watch
+
 // setupShards gives the AuditPolicy reconciler r what a sharded audit needs: the publisher of this
 // member's AuditShard (run by every member: the fence lets AuditShards through, see memberWrites), the
 // leader's rollup of every member's and whether this process leads; and adds what the leader alone runs:
