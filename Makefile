@@ -46,7 +46,7 @@ manifests: controller-gen ## Generate CRDs and RBAC from the markers in api/ and
 CHART_DIR = charts/celaudit
 .PHONY: chart-sync
 chart-sync: ## Copy the generated CRDs and RBAC and the Grafana dashboard from config/ into the Helm chart.
-	cp config/crd/bases/audit.celaudit.io_auditpolicies.yaml $(CHART_DIR)/crds/
+	cp config/crd/bases/audit.celaudit.io_auditpolicies.yaml config/crd/bases/audit.celaudit.io_auditshards.yaml $(CHART_DIR)/crds/
 	cp config/crd/bases/wgpolicyk8s.io_policyreports.yaml config/crd/bases/wgpolicyk8s.io_clusterpolicyreports.yaml $(CHART_DIR)/files/crds/
 	cp config/rbac/role.yaml $(CHART_DIR)/files/rbac/role.yaml
 	cp config/components/restricted-read/resource_reader_restricted.yaml $(CHART_DIR)/files/rbac/resource_reader_restricted.yaml

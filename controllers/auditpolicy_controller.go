@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -30,6 +31,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/results"
+	"github.com/celaudit/celaudit/internal/shard"
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
 )
@@ -77,6 +79,16 @@ type auditPolicyReconciler struct {
 	// Failures logs failed writes (status, registered pairs) once per cause, retried with backoff.
 	Failures *apiFailures
 
+	// Publisher and Rollups exist when the audit is sharded (nil otherwise). Every member then reconciles
+	// every AuditPolicy, registers it with its own scanner and publishes its share of the audit with
+	// Publisher; the leader alone writes the status, registers the pair and promotes, from the audit of all
+	// members that Rollups adds up.
+	Publisher *shardPublisher
+	Rollups   *shardRollups
+	// Leads reports whether this process is the leader (nil: it is; without sharding only the leader runs
+	// the reconciler).
+	Leads func() bool
+
 	// queue is the controller's work queue, once it started: summary and discovery changes enqueue into it.
 	queue  atomic.Pointer[workqueue.TypedRateLimitingInterface[reconcile.Request]]
 	rebind chan struct{}
@@ -108,7 +120,15 @@ func (r *auditPolicyReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 		return ctrl.Result{}, fmt.Errorf("getting AuditPolicy %s: %w", req.Name, err)
 	}
 	if !ap.DeletionTimestamp.IsZero() {
+		if !r.leads() {
+			// The leader removes the pair, then the finalizer; the AuditPolicy's removal unregisters it here.
+			return ctrl.Result{}, nil
+		}
 		return retryOnConflict(ctx, ctrl.Result{}, r.finalize(ctx, ap))
+	}
+	if !r.leads() {
+		result, _, err := r.observe(ctx, ap)
+		return result, err
 	}
 	result, o, err := r.audit(ctx, ap)
 	if err != nil {
@@ -137,9 +157,53 @@ func retryOnConflict(ctx context.Context, result ctrl.Result, err error) (ctrl.R
 	return result, err
 }
 
+// leads reports whether this process writes what the leader alone writes.
+func (r *auditPolicyReconciler) leads() bool { return r.Leads == nil || r.Leads() }
+
 // audit registers ap with the scanner and, for Warn and Deny, with the API server when the enforcement
-// gate allows, and gathers what its status is made of.
+// gate allows, and gathers what its status is made of: the audit of this process or, sharded, of all
+// members.
 func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPolicy) (ctrl.Result, auditPolicyObservation, error) {
+	key := audit.AuditPolicyKey(ap.Name)
+	result, o, err := r.observe(ctx, ap)
+	if err != nil {
+		return result, o, err
+	}
+	if r.Rollups != nil {
+		roll, err := r.Rollups.Rollup(ctx, ap.Name, ap.Generation)
+		if err != nil {
+			return result, o, err
+		}
+		o.summary, o.complete, o.at, o.pending = roll.summary, roll.complete, roll.at, roll.pending
+		ctrl.LoggerFrom(ctx).V(1).Info("Added up the members' audits", "complete", roll.complete, "pending", roll.pending)
+	}
+	paramNote := r.warn(ap, key, o.problems)
+	var subresources []string
+	if st := r.Policies.lookup(key); st != nil && st.policy != nil {
+		subresources = st.policy.Subresources()
+	}
+	o.safety = results.SafetyOf(o.summary, o.complete, subresources)
+	if r.Rollups != nil {
+		r.Rollups.record(ap.Name, o.complete, o.summary, o.safety)
+	}
+	gate := gateInputs{
+		enforcement: ap.EnforcementOrDefault(),
+		generation:  ap.Generation,
+		override:    ap.Spec.EnforcementOverride,
+		audited:     o.complete,
+		pending:     o.pending,
+		safety:      o.safety,
+		configError: configurationError(ap.Spec.FailurePolicy, paramNote, o.summary.Configuration),
+	}
+	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0, gate); err != nil {
+		return result, o, err
+	}
+	return result, o, nil
+}
+
+// observe registers ap with this process's scanner and returns this process's own audit of it. In a sharded
+// audit that is the member's share, which it publishes in its AuditShard.
+func (r *auditPolicyReconciler) observe(ctx context.Context, ap *v1alpha1.AuditPolicy) (ctrl.Result, auditPolicyObservation, error) {
 	key := audit.AuditPolicyKey(ap.Name)
 	pair := auditpolicy.ToAdmission(ap, r.Exemptions)
 	before := r.Policies.lookup(key)
@@ -154,24 +218,10 @@ func (r *auditPolicyReconciler) audit(ctx context.Context, ap *v1alpha1.AuditPol
 		r.Recheck()
 	}
 	o := auditPolicyObservation{problems: compiled.Problems(), exemptions: r.Exemptions.List()}
-	paramNote := r.warn(ap, key, o.problems)
 	o.summary, o.complete, o.at = r.Summaries.Summary(key)
 	o.complete = r.auditedSince(ap.Name, o.complete, o.at, len(o.problems) == 0)
-	var subresources []string
-	if st := r.Policies.lookup(key); st != nil && st.policy != nil {
-		subresources = st.policy.Subresources()
-	}
-	o.safety = results.SafetyOf(o.summary, o.complete, subresources)
-	gate := gateInputs{
-		enforcement: ap.EnforcementOrDefault(),
-		generation:  ap.Generation,
-		override:    ap.Spec.EnforcementOverride,
-		audited:     o.complete,
-		safety:      o.safety,
-		configError: configurationError(ap.Spec.FailurePolicy, paramNote, o.summary.Configuration),
-	}
-	if o.enforced, o.admissionPolicy, err = r.enforce(ctx, ap, len(o.problems) == 0, gate); err != nil {
-		return result, o, err
+	if r.Publisher != nil && len(o.problems) == 0 {
+		r.Publisher.Observed(ap.Name, ap.Generation, o.complete, o.at, o.summary)
 	}
 	return result, o, nil
 }
@@ -196,8 +246,15 @@ func (r *auditPolicyReconciler) remove(ctx context.Context, name string, uid typ
 	delete(r.pending, name)
 	r.Warnings.forget(kindAuditPolicy, name)
 	r.mu.Unlock()
+	if r.Publisher != nil {
+		r.Publisher.Forget(name)
+		r.Rollups.forget(name)
+	}
 	if err := r.Policies.remove(ctx, audit.AuditPolicyKey(name)); err != nil {
 		return err
+	}
+	if !r.leads() {
+		return nil
 	}
 	return r.deleteRegistered(ctx, name, uid)
 }
@@ -590,8 +647,29 @@ func (r *auditPolicyReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(
 			return nil
 		})).
 		WatchesRawSource(bo.Source())
+	if r.Rollups != nil {
+		r.watchShards(b)
+	}
 	for _, o := range opts {
 		b = o(b)
 	}
 	return b.Complete(bo)
+}
+
+// watchShards has the leader reconcile the AuditPolicies an AuditShard names whenever it changes, and every
+// AuditPolicy whenever the layout changes (setupShards adds the reconcile of every AuditPolicy once it is
+// elected: as a member it only published its share of them).
+func (r *auditPolicyReconciler) watchShards(b *builder.TypedBuilder[reconcile.Request]) {
+	r.Rollups.Source.Subscribe(func(shard.Layout) { r.discoveryChanged() })
+	b.Watches(&v1alpha1.AuditShard{}, handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
+		if !r.leads() {
+			return nil
+		}
+		s := o.(*v1alpha1.AuditShard)
+		reqs := make([]reconcile.Request, 0, len(s.Status.Policies))
+		for _, p := range s.Status.Policies {
+			reqs = append(reqs, reconcile.Request{NamespacedName: types.NamespacedName{Name: p.Name}})
+		}
+		return reqs
+	}))
 }

@@ -29,6 +29,8 @@ type auditPolicyObservation struct {
 	complete bool
 	at       time.Time
 	safety   results.Safety
+	// pending says why a sharded audit is not complete; "" when it is, or is not sharded.
+	pending string
 	// admissionPolicy names the ValidatingAdmissionPolicy registered for it, "" when none.
 	admissionPolicy string
 	// exemptions are what the audit and the registered pair leave out.
@@ -68,10 +70,15 @@ func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.
 		at := metav1.NewTime(o.at)
 		st.LastAuditTime = &at
 		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: o.safety.Status, Reason: o.safety.Reason, Message: o.safety.Message})
-	case staleSafeToEnforce(st.Conditions, ap.Generation):
-		// A new generation is judged by its own audit, and a promotion waits for it.
+	case staleSafeToEnforce(st.Conditions, ap.Generation) || (o.pending != "" && auditPending(st.Conditions)):
+		// A new generation is judged by its own audit, and a promotion waits for it. While a sharded audit
+		// is pending, the message follows what it waits for.
+		message := "the first complete audit of the policy is in progress"
+		if o.pending != "" {
+			message += ": " + o.pending
+		}
 		set(metav1.Condition{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionUnknown, Reason: ReasonAuditPending,
-			Message: "the first complete audit of the policy is in progress"})
+			Message: message})
 	}
 	return st
 }
@@ -81,6 +88,12 @@ func desiredStatus(ap *v1alpha1.AuditPolicy, o auditPolicyObservation, now time.
 func staleSafeToEnforce(conditions []metav1.Condition, generation int64) bool {
 	c := meta.FindStatusCondition(conditions, v1alpha1.ConditionSafeToEnforce)
 	return c == nil || c.ObservedGeneration != generation || c.Reason == ReasonCompileFailed
+}
+
+// auditPending reports whether SafeToEnforce waits for a complete audit.
+func auditPending(conditions []metav1.Condition) bool {
+	c := meta.FindStatusCondition(conditions, v1alpha1.ConditionSafeToEnforce)
+	return c != nil && c.Reason == ReasonAuditPending
 }
 
 func compiledCondition(problems []string) metav1.Condition {

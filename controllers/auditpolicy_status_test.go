@@ -66,6 +66,8 @@ func TestDesiredStatus(t *testing.T) {
 		since                           time.Time
 		compiled                        metav1.ConditionStatus
 		top                             []v1alpha1.NamespaceViolations
+		// says is a part of SafeToEnforce's message ("": not checked).
+		says string
 	}{
 		{
 			name: "first complete audit with violations", ap: auditPolicyAt(1),
@@ -89,6 +91,19 @@ func TestDesiredStatus(t *testing.T) {
 			ap:   auditPolicyAt(3, withSafe(metav1.ConditionTrue, "NoViolations", 2, t0), withCounts(5, 0)),
 			obs:  auditPolicyObservation{enforced: enforced, summary: clean, complete: false, at: t1},
 			safe: metav1.ConditionUnknown, reason: ReasonAuditPending, since: t1, matched: 5, compiled: metav1.ConditionTrue,
+		},
+		{
+			name: "sharded audit pending: the message follows what it waits for",
+			ap:   auditPolicyAt(2, withSafe(metav1.ConditionUnknown, ReasonAuditPending, 2, t0)),
+			obs:  auditPolicyObservation{enforced: enforced, complete: false, pending: "members 1/3 of shard epoch 0 are behind"},
+			safe: metav1.ConditionUnknown, reason: ReasonAuditPending, since: t0, compiled: metav1.ConditionTrue,
+			says: "members 1/3 of shard epoch 0 are behind",
+		},
+		{
+			name: "sharded audit pending keeps the last complete answer of this generation",
+			ap:   auditPolicyAt(2, withSafe(metav1.ConditionFalse, "Violations", 2, t0), withCounts(5, 1)),
+			obs:  auditPolicyObservation{enforced: enforced, complete: false, pending: "members 1/3 of shard epoch 0 are behind"},
+			safe: metav1.ConditionFalse, reason: "Violations", since: t0, matched: 5, fail: 1, violations: 1, compiled: metav1.ConditionTrue,
 		},
 		{
 			name: "still safe: the transition time stays",
@@ -126,6 +141,9 @@ func TestDesiredStatus(t *testing.T) {
 			}
 			if safe == nil || safe.Status != tc.safe || safe.Reason != tc.reason || !safe.LastTransitionTime.Time.Equal(tc.since) {
 				t.Errorf("SafeToEnforce = %+v, want %s %s since %s", safe, tc.safe, tc.reason, tc.since)
+			}
+			if safe != nil && !strings.Contains(safe.Message, tc.says) {
+				t.Errorf("SafeToEnforce message %q lacks %q", safe.Message, tc.says)
 			}
 			if compiled == nil || compiled.Status != tc.compiled {
 				t.Errorf("Compiled = %+v", compiled)

@@ -20,6 +20,8 @@ type gateInputs struct {
 	// audited says that this process completed an audit of the current generation after registering it with
 	// the scanner: a status written before (by another process, of another generation) decides nothing.
 	audited bool
+	// pending says why a sharded audit is not complete ("" when it is, or is not sharded).
+	pending string
 	// safety is that audit's answer; meaningful only when audited.
 	safety results.Safety
 	// configError says why the API server would deny every matched write whatever the binding's
@@ -47,6 +49,8 @@ func enforcementGate(in gateInputs) gateDecision {
 	switch {
 	case in.configError != "":
 		why = "a configuration error makes the API server deny every write the policy matches under failurePolicy Fail, whatever the validationActions: " + in.configError
+	case !in.audited && in.pending != "":
+		why = fmt.Sprintf("the sharded audit of generation %d is not complete: %s", in.generation, in.pending)
 	case !in.audited:
 		why = fmt.Sprintf("celaudit has not completed an audit of generation %d since it started or the generation was registered", in.generation)
 	case in.enforcement == v1alpha1.Deny && !in.safety.Safe():

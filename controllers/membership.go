@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/scan"
 	"github.com/celaudit/celaudit/internal/shard"
 )
@@ -33,6 +34,9 @@ type membership struct {
 	statefulSet *statefulSetMembership
 	// scanned is the layout the scanner was last given (see setupMembership).
 	scanned *atomic.Pointer[shard.Layout]
+	// namespace is the operator's own, where every member publishes its AuditShard and the leader reads them
+	// all: the StatefulSet's, or else the Lease's.
+	namespace string
 }
 
 // scanning reports whether the scanner reads under the current layout: between a layout change and the
@@ -50,8 +54,29 @@ func (m membership) scanning() bool {
 // reports of what it owns, leader or not.
 func (m membership) sharded() bool { return m.source != nil }
 
-// membership checks the --shard-* flags and returns the membership they make.
+// membership checks the --shard-* flags and returns the membership they make. A sharded audit needs leader
+// election: the leader alone writes what sums up every member's share (the AuditPolicies' status, their
+// admission policies).
 func (o Options) membership() (membership, error) {
+	m, err := o.members()
+	if err != nil || !m.sharded() {
+		return m, err
+	}
+	if !o.LeaderElect {
+		return membership{}, fmt.Errorf("a sharded audit needs --leader-elect: the leader alone writes the AuditPolicies' status and registers their admission policies")
+	}
+	if set := m.statefulSet; set != nil {
+		m.namespace = set.Namespace
+		return m, nil
+	}
+	if m.namespace, err = leaseNamespace(o.LeaderElectionNS); err != nil {
+		return membership{}, err
+	}
+	return m, nil
+}
+
+// members returns the membership of the --shard-* flags, or of Shard.
+func (o Options) members() (membership, error) {
 	static := o.ShardIndex.Given || o.ShardCount.Given
 	switch {
 	case o.Shard != nil && (static || o.ShardStatefulSet != ""):
@@ -201,9 +226,11 @@ func forMembers(mgr ctrl.Manager, m membership) ctrl.Manager {
 }
 
 // memberWrites are the resources every member of a sharded audit writes whether it leads or not: its
-// reports, of either API, and Events.
+// reports, of either API, its AuditShard (each member writes its own, the update conditional on its
+// resourceVersion and refused over a later epoch), and Events.
 func memberWrites() []schema.GroupResource {
-	out := []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"}}
+	out := []schema.GroupResource{{Resource: "events"}, {Group: "events.k8s.io", Resource: "events"},
+		auditv1alpha1.GroupVersion.WithResource("auditshards").GroupResource()}
 	for _, api := range []reportAPI{wgpolicyAPI{}, openReportsAPI{}} {
 		namespaced, cluster := api.kinds()
 		for _, gvk := range []schema.GroupVersionKind{namespaced, cluster} {
@@ -254,9 +281,8 @@ func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditPa
 		}
 	}
 	apply := func(l shard.Layout) {
-		if !l.None {
-			a.scan.SetShard(l)
-		}
+		// A layout that owns nothing stops every read (see scan.Scanner.SetShard).
+		a.scan.SetShard(l)
 		members.scanned.Store(&l)
 		releaseMember(a.scan, a.startup, members)
 		for _, ns := range a.store.Namespaces() {
@@ -278,9 +304,7 @@ func setupMembership(mgr ctrl.Manager, o Options, members membership, a *auditPa
 	members.source.Subscribe(apply)
 	if l, known := members.source.Layout(); known {
 		// Static, or set before: the scanner's first LIST carries the range.
-		if !l.None {
-			a.scan.SetShard(l)
-		}
+		a.scan.SetShard(l)
 		members.scanned.Store(&l)
 	}
 	return nil

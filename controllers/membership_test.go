@@ -19,6 +19,10 @@ import (
 func TestShardFlags(t *testing.T) {
 	t.Setenv("POD_NAME", "")
 	t.Setenv("POD_NAMESPACE", "")
+	// A sharded audit needs leader election; its Lease's namespace holds the AuditShards of fixed members.
+	elect := func(args ...string) []string {
+		return append([]string{"--leader-elect", "--leader-election-namespace=lease-ns"}, args...)
+	}
 	cases := []struct {
 		name string
 		args []string
@@ -26,19 +30,24 @@ func TestShardFlags(t *testing.T) {
 		// layout is the fixed layout wanted; set: the StatefulSet membership wanted (namespace/name#ordinal).
 		layout *shard.Layout
 		set    string
-		want   string // a part of the error; "" for none
+		// namespace is where the member's AuditShard goes.
+		namespace string
+		want      string // a part of the error; "" for none
 	}{
 		{name: "no flag: not sharded"},
-		{name: "fixed", args: []string{"--shard-index=2", "--shard-count=3"}, layout: &shard.Layout{Index: 2, Count: 3}},
-		{name: "fixed, one member", args: []string{"--shard-index=0", "--shard-count=1"}, layout: &shard.Layout{Index: 0, Count: 1}},
+		{name: "fixed", args: elect("--shard-index=2", "--shard-count=3"), layout: &shard.Layout{Index: 2, Count: 3}, namespace: "lease-ns"},
+		{name: "fixed, one member", args: elect("--shard-index=0", "--shard-count=1"), layout: &shard.Layout{Index: 0, Count: 1}, namespace: "lease-ns"},
+		{name: "fixed without leader election", args: []string{"--shard-index=0", "--shard-count=2"}, want: "a sharded audit needs --leader-elect"},
+		{name: "StatefulSet without leader election", args: []string{"--shard-statefulset=celaudit", "--pod-name=celaudit-4", "--pod-namespace=ops"},
+			want: "a sharded audit needs --leader-elect"},
 		{name: "index without count", args: []string{"--shard-index=1"}, want: "--shard-index=1 needs --shard-count"},
 		{name: "count without index", args: []string{"--shard-count=3"}, want: "--shard-count=3 needs --shard-index"},
 		{name: "index = count", args: []string{"--shard-index=3", "--shard-count=3"}, want: "--shard-index must be in 0..2"},
 		{name: "negative index", args: []string{"--shard-index=-1", "--shard-count=3"}, want: "--shard-index must be in 0..2"},
 		{name: "no member", args: []string{"--shard-index=0", "--shard-count=0"}, want: "--shard-count must be at least 1"},
-		{name: "StatefulSet", args: []string{"--shard-statefulset=celaudit", "--pod-name=celaudit-4", "--pod-namespace=ops"}, set: "ops/celaudit#4"},
-		{name: "StatefulSet from the downward API", args: []string{"--shard-statefulset=celaudit"},
-			env: map[string]string{"POD_NAME": "celaudit-1", "POD_NAMESPACE": "celaudit-system"}, set: "celaudit-system/celaudit#1"},
+		{name: "StatefulSet", args: elect("--shard-statefulset=celaudit", "--pod-name=celaudit-4", "--pod-namespace=ops"), set: "ops/celaudit#4", namespace: "ops"},
+		{name: "StatefulSet from the downward API", args: elect("--shard-statefulset=celaudit"),
+			env: map[string]string{"POD_NAME": "celaudit-1", "POD_NAMESPACE": "celaudit-system"}, set: "celaudit-system/celaudit#1", namespace: "celaudit-system"},
 		{name: "StatefulSet and fixed", args: []string{"--shard-statefulset=celaudit", "--pod-name=celaudit-0", "--pod-namespace=ops", "--shard-index=0", "--shard-count=2"},
 			want: "exclude each other"},
 		{name: "StatefulSet without a pod name", args: []string{"--shard-statefulset=celaudit", "--pod-namespace=ops"}, want: "set --pod-name or $POD_NAME"},
@@ -70,6 +79,9 @@ func TestShardFlags(t *testing.T) {
 				t.Fatalf("got %v, want no error", err)
 			}
 			m := s.members
+			if m.namespace != tc.namespace {
+				t.Fatalf("AuditShards' namespace %q, want %q", m.namespace, tc.namespace)
+			}
 			switch {
 			case tc.layout == nil && tc.set == "":
 				if m.sharded() {

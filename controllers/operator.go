@@ -99,7 +99,7 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err != nil {
 		return nil, err
 	}
-	ready, err := setupPolicies(cfg, mgr, o, s, a)
+	ready, rollups, err := setupPolicies(cfg, mgr, o, s, a)
 	if err != nil {
 		return nil, err
 	}
@@ -113,7 +113,11 @@ func NewOperator(cfg *rest.Config, o Options) (*Operator, error) {
 	if err := addChecks(mgr, a.progress, o.LeaderElect, s.members); err != nil {
 		return nil, err
 	}
-	collectors := register(append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))...)
+	cs := append(a.metrics.collectors(), writes, newResultCollector(a.store), newReadinessCollector(ready))
+	if rollups != nil {
+		cs = append(cs, newRollupCollector(rollups))
+	}
+	collectors := register(cs...)
 	return &Operator{Manager: mgr, Settled: a.progress.Settled, Results: a.store, readiness: ready, collectors: collectors}, nil
 }
 
@@ -195,6 +199,10 @@ func newManager(cfg *rest.Config, o Options, s settings, elect *election) (ctrl.
 	}
 	if set := s.members.statefulSet; set != nil {
 		reports[&appsv1.StatefulSet{}] = set.cacheOptions()
+	}
+	if s.members.sharded() {
+		// The members' AuditShards, in the operator's namespace only (a namespaced Role grants them).
+		reports[&auditv1alpha1.AuditShard{}] = cache.ByObject{Namespaces: map[string]cache.Config{s.members.namespace: {}}}
 	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                              scheme,
@@ -380,33 +388,39 @@ func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier, member
 }
 
 // setupPolicies sets up a reconciler per kind of policy, each registering its compiled policies with the
-// scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness.
+// scanner, then readiness, which summarizes them, and the namespace reconciler. It returns readiness, and
+// the leader's rollups of a sharded audit (nil when it is not sharded).
 //
 // In a sharded audit every member compiles and registers every policy (it audits its own namespaces
-// against all of them); readiness stays with the leader.
-func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, error) {
+// against all of them) and keeps the readiness of its share; the leader adds the shares up.
+func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a *auditParts) (*readiness, *shardRollups, error) {
 	members := forMembers(mgr, s.members)
 	if err := setupCRDs(members, o, a.scan, a.startup, a.refresher, a.warnings); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	vaps, err := setupVAPs(cfg, members, o, a.scan, a.discovery, a.startup, a.warnings, a.auditPolicies)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	ready, err := setupReadiness(mgr, o, s.log, a.store, a.progress, vaps, a.events, a.notifier)
+	ready, err := setupReadiness(members, o, s, a.store, a.progress, vaps, a.events, a.notifier)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	if a.auditPolicies {
-		// Every member audits each AuditPolicy, and the start-up gate of each waits for them.
-		if err := setupAuditPolicies(members, o, s, vaps, ready, a); err != nil {
-			return nil, err
+	var rollups *shardRollups
+	switch {
+	case a.auditPolicies:
+		// Every member audits each AuditPolicy, and the start-up gate of each waits for them; the leader
+		// alone writes their status and registers their pairs.
+		if rollups, err = setupAuditPolicies(mgr, o, s, vaps, ready, a); err != nil {
+			return nil, nil, err
 		}
+	case s.members.sharded():
+		return nil, nil, fmt.Errorf("a sharded audit needs the AuditPolicy and AuditShard CRDs (install config/crd)")
 	}
 	if err := setupNamespaces(members, o, a.scan, vaps); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return ready, nil
+	return ready, rollups, nil
 }
 
 // setupCRDs sets up the reconciler that compiles one policy per audited CRD.
@@ -481,10 +495,16 @@ func vapCompiler(o Options) func(audit.PolicyKey, *admissionregistrationv1.Valid
 // setupReadiness adds readiness, which keeps each policy's summary at the last complete audit (the per-policy
 // metrics and the SafeToEnforce Events). The notifier wakes it when results change and when the audit may
 // have settled.
-func setupReadiness(mgr ctrl.Manager, o Options, log logr.Logger, store *results.Store, progress *auditProgress,
+func setupReadiness(mgr ctrl.Manager, o Options, s settings, store *results.Store, progress *auditProgress,
 	vaps *vapReconciler, events EventRecorder, notifier *Notifier) (*readiness, error) {
-	r := newReadiness(store, progress.Settled, mgr.GetClient(), events, o.ReadinessInterval, log.WithName("readiness"))
+	var sums summarizer = store
+	if s.members.sharded() {
+		// A member keeps its share; the leader adds the shares of AuditPolicies up into their status.
+		sums = ownedSummaries{store: store, source: s.members.source}
+	}
+	r := newReadiness(sums, progress.Settled, mgr.GetClient(), events, o.ReadinessInterval, s.log.WithName("readiness"))
 	r.Subresources = vaps.subresources
+	r.Share = s.members.sharded()
 	notifier.OnNotify(r.Changed)
 	notifier.OnRecheck(r.Changed)
 	if err := mgr.Add(r); err != nil {
@@ -520,11 +540,11 @@ func learnExemptions(c client.Client, extra auditv1alpha1.Exemptions, log logr.L
 
 // setupAuditPolicies sets up the reconciler that audits each AuditPolicy through vaps, registers its
 // admission policy in Warn and Deny, with the exemptions learnExemptions makes, and writes its status from
-// readiness.
-func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) error {
+// readiness. It returns the leader's rollups of a sharded audit, nil when it is not sharded.
+func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconciler, ready *readiness, a *auditParts) (*shardRollups, error) {
 	exemptions, err := learnExemptions(mgr.GetClient(), s.exemptions, s.log)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	r := &auditPolicyReconciler{
 		Client:     mgr.GetClient(),
@@ -539,12 +559,17 @@ func setupAuditPolicies(mgr ctrl.Manager, o Options, s settings, vaps *vapReconc
 		Discovery:  a.discovery,
 		Failures:   a.failures,
 	}
+	if s.members.sharded() {
+		if err := setupShards(mgr, s, r); err != nil {
+			return nil, err
+		}
+	}
 	ready.OnChange(r.summariesChanged)
 	ready.OnAudit(r.auditCompleted)
-	if err := r.SetupWithManager(mgr, controllerOptions(o, o.Workers)); err != nil {
-		return fmt.Errorf("setting up AuditPolicy controller: %w", err)
+	if err := r.SetupWithManager(forMembers(mgr, s.members), controllerOptions(o, o.Workers)); err != nil {
+		return nil, fmt.Errorf("setting up AuditPolicy controller: %w", err)
 	}
-	return nil
+	return r.Rollups, nil
 }
 
 // served reports whether the API server serves gvk.

@@ -56,6 +56,10 @@ type readiness struct {
 	Log      logr.Logger
 	// Subresources returns the subresources a policy covers, which no audit judges (nil: none).
 	Subresources func(audit.PolicyKey) []string
+	// Share says that the summaries are one member's share of a sharded audit: no readiness Event is
+	// recorded, which would judge a policy by some namespaces only (the leader writes the SafeToEnforce
+	// condition of AuditPolicies from every member's share).
+	Share bool
 
 	wake chan struct{}
 
@@ -177,7 +181,9 @@ func (r *readiness) recompute(ctx context.Context) {
 	r.mu.Unlock()
 
 	for _, key := range d.events {
-		r.record(ctx, key, d.next[key])
+		if !r.Share {
+			r.record(ctx, key, d.next[key])
+		}
 	}
 	if len(d.changed) > 0 {
 		for _, f := range subscribers {

@@ -216,3 +216,21 @@ func TestSummaryEqual(t *testing.T) {
 		})
 	}
 }
+
+// A member of a sharded audit counts only the namespaces it keeps; whole-resource results go with "".
+func TestSummariesWhere(t *testing.T) {
+	p := audit.VAPKey("p")
+	s := NewStore(func(string) {})
+	s.Set(p, key("a"), "kept", []audit.Result{result("kept", "a", "p", audit.Fail)})
+	s.Set(p, key("b"), "dropped", []audit.Result{result("dropped", "b", "p", audit.Fail), result("dropped", "b", "p", audit.Warn, withProps("rule", "r2"))})
+	s.Set(p, key("c"), "", []audit.Result{result("", "c", "p", audit.Pass)})
+	keepNamed := func(ns string) bool { return ns == "kept" }
+	want := map[audit.PolicyKey]Summary{p: {Matched: 1, Judged: 1, Violating: 1, Fail: 1, Namespaces: map[string]int{"kept": 1}}}
+	if got := s.SummariesWhere(keepNamed); !reflect.DeepEqual(got, want) {
+		t.Fatalf("kept namespace only: got %+v, want %+v", got, want)
+	}
+	all := map[audit.PolicyKey]Summary{p: {Matched: 3, Judged: 3, Violating: 2, Pass: 1, Fail: 2, Warn: 1, Namespaces: map[string]int{"kept": 1, "dropped": 2}}}
+	if got := s.SummariesWhere(nil); !reflect.DeepEqual(got, all) {
+		t.Fatalf("nil keep: got %+v, want %+v", got, all)
+	}
+}

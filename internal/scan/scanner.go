@@ -234,7 +234,8 @@ func (s *Scanner) setPolicy(p audit.Policy, rescan bool) {
 // the objects no longer owned and reads the newly owned ones, then restarts its watch; a result read under the
 // old layout that is not stored by the time SetShard returns is never stored. A change of epoch alone reads
 // nothing again: the objects owned are the same. It may be called before Start and at any time after; the
-// zero Layout reads everything.
+// zero Layout reads everything, and a Layout that owns nothing (None) reads nothing: every watch ends, no
+// LIST or WATCH is sent and every result is dropped until a layout gives the member a range again.
 func (s *Scanner) SetShard(l shard.Layout) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

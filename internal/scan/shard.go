@@ -31,13 +31,22 @@ type shardView struct {
 	layout   shard.Layout
 	gen      uint64
 	sel      apisharding.Selector
-	selector string // sel's wire form; "" when the layout owns everything
+	selector string // sel's wire form; "" when the layout owns everything, or nothing
 }
 
 func newShardView(l shard.Layout, gen uint64) shardView {
+	if l.None {
+		// No read at all (see readsNothing): the empty range of a layout that owns nothing is no valid
+		// shardSelector, which the API server would refuse.
+		return shardView{layout: l, gen: gen}
+	}
 	sel := l.Selector()
 	return shardView{layout: l, gen: gen, sel: sel, selector: sel.String()}
 }
+
+// readsNothing reports whether the view is of a member that owns nothing (a StatefulSet's pod being scaled
+// away): it neither lists nor watches, and keeps no results.
+func (v shardView) readsNothing() bool { return v.layout.None }
 
 // sharded reports whether the view reads a part of the objects only.
 func (v shardView) sharded() bool { return v.selector != "" }

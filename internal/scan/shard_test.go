@@ -414,3 +414,74 @@ func TestRescanOfNamespaceNotOwnedReadsNothing(t *testing.T) {
 		t.Fatalf("a namespace the member does not own was listed: %v", client.listNS)
 	}
 }
+
+// A member scaled away (its ordinal not below the replicas) owns nothing: its watch ends, it keeps no result
+// and sends no LIST or WATCH, not even for a rescan or a new policy (an empty shardRange is no valid
+// selector); once a layout gives it a range again, it lists that range and keeps its objects' results.
+func TestMemberOwningNothingReadsNothing(t *testing.T) {
+	a := shard.Layout{Index: 0, Count: 2, Epoch: 1}
+	b := shard.Layout{Index: 1, Count: 2, Epoch: 3}
+	ownedByA, ownedByB := splitNamespaces(t, a, 2, 2)
+	client := newPagedClient([][]nsObject{{{ownedByA[0], "cm"}, {ownedByB[0], "cm"}}, {{ownedByA[1], "cm"}, {ownedByB[1], "cm"}}})
+	store := results.NewStore(nil, results.KeepPasses(true))
+	p := &keyPolicy{name: "bad", key: "bad"}
+	s := startSharded(t, client, store, a, p, scan.Options{Workers: 1})
+	var watching *watch.RaceFreeFakeWatcher
+	select {
+	case watching = <-client.watches:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no watch after the first list")
+	}
+	waitSynced(t, s)
+	if got, want := objectsWithResults(t, store), []string{ownedByA[0] + "/cm", ownedByA[1] + "/cm"}; !slices.Equal(got, want) {
+		t.Fatalf("objects with results under %s: %v, want %v", a, got, want)
+	}
+
+	none := shard.Member(2, 2, 2)
+	if !none.None {
+		t.Fatalf("ordinal 2 of 2 replicas: layout %s, want one that owns nothing", none)
+	}
+	lists, watches := len(client.listsSince(0)), len(client.watchOpts)
+	s.SetShard(none)
+	envtestutil.Eventually(t, 20*time.Second, func() error {
+		if !watching.IsStopped() {
+			return fmt.Errorf("the watch under %s is still open", a)
+		}
+		if got := objectsWithResults(t, store); len(got) > 0 {
+			return fmt.Errorf("a member owning nothing keeps results of %v", got)
+		}
+		return nil
+	})
+	// A rescan and a new policy would read the resource: the member owning nothing takes them and reads nothing.
+	s.Rescan(p.Key(), "")
+	other := &keyPolicy{name: "other", key: "other"}
+	s.SetPolicy(other)
+	waitSynced(t, s)
+	client.mu.Lock()
+	after := slices.Clone(client.lists[lists:])
+	watchedAfter := slices.Clone(client.watchOpts[watches:])
+	client.mu.Unlock()
+	if len(after) > 0 || len(watchedAfter) > 0 {
+		t.Fatalf("a member owning nothing sent %d LIST (%v) and %d WATCH (%v) requests", len(after), after, len(watchedAfter), watchedAfter)
+	}
+
+	s.RemovePolicy(other.Key())
+	lists = len(client.listsSince(0))
+	s.SetShard(b)
+	waitSynced(t, s)
+	envtestutil.Eventually(t, 20*time.Second, func() error {
+		if got, want := objectsWithResults(t, store), []string{ownedByB[0] + "/cm", ownedByB[1] + "/cm"}; !slices.Equal(got, want) {
+			return fmt.Errorf("objects with results under %s: %v, want %v", b, got, want)
+		}
+		return nil
+	})
+	relists := client.listsSince(lists)
+	if len(relists) == 0 {
+		t.Fatalf("no LIST once the member owns a range again")
+	}
+	for _, o := range relists {
+		if o.ShardSelector != b.Selector().String() {
+			t.Fatalf("LIST with selector %q, want %q", o.ShardSelector, b.Selector().String())
+		}
+	}
+}

@@ -182,6 +182,17 @@ func (w *watcher) run(ctx context.Context) {
 	needList := true
 	failures := 0 // failed reads in a row, which set the backoff
 	for ctx.Err() == nil {
+		if w.scanner.currentView().readsNothing() {
+			// Owning nothing, the member reads nothing until SetShard gives it a range, which wakes it.
+			w.forgetAll(ctx)
+			select {
+			case <-ctx.Done():
+				return
+			case <-w.wake:
+			}
+			needList, failures = true, 0
+			continue
+		}
 		if err := w.read(ctx, needList); err != nil {
 			if ctx.Err() != nil {
 				return
@@ -210,6 +221,18 @@ func (w *watcher) run(ctx context.Context) {
 			w.watchError = ""
 		}
 	}
+}
+
+// forgetAll drops, for a member that owns nothing, every result of the resource (those of its objects and
+// its read error) and the pending rescans, and counts the resource as read: there is nothing to wait for.
+func (w *watcher) forgetAll(ctx context.Context) {
+	w.takePending()
+	w.digests.DeleteMissing(&uidmap.Map[struct{}]{}, func(digest) bool { return true }, func(uid types.UID, d digest) {
+		w.scanner.deleteObject(w.gvr, uid, w.nsNames[d.namespace])
+	})
+	w.lastRV = ""
+	w.setReadError(nil)
+	w.done(ctx, true)
 }
 
 // read does the pending rescans: a full list when one is needed or asked for, which covers the rescans

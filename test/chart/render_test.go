@@ -19,6 +19,7 @@ import (
 // The chart cannot read files outside its directory: these are copies that `make chart-sync` refreshes.
 var chartCopies = map[string]string{
 	"charts/celaudit/crds/audit.celaudit.io_auditpolicies.yaml":           "config/crd/bases/audit.celaudit.io_auditpolicies.yaml",
+	"charts/celaudit/crds/audit.celaudit.io_auditshards.yaml":             "config/crd/bases/audit.celaudit.io_auditshards.yaml",
 	"charts/celaudit/files/crds/wgpolicyk8s.io_policyreports.yaml":        "config/crd/bases/wgpolicyk8s.io_policyreports.yaml",
 	"charts/celaudit/files/crds/wgpolicyk8s.io_clusterpolicyreports.yaml": "config/crd/bases/wgpolicyk8s.io_clusterpolicyreports.yaml",
 	"charts/celaudit/files/rbac/role.yaml":                                "config/rbac/role.yaml",

@@ -21,7 +21,10 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/celaudit/celaudit/test/envtestutil"
@@ -66,11 +69,13 @@ type call struct {
 	// (create, update); Epoch is -1 when the report written has none.
 	Epoch int64
 	Shard string
-	// Revision is the resourceVersion of the report the API server answered a write with: etcd's revision
-	// of the write, which orders the writes of every member. A deletion has its precondition's, the revision
-	// it deleted: nothing was written in between.
+	// Revision is the resourceVersion of the report, Lease or AuditPolicy the API server answered a write
+	// with: etcd's revision of the write, which orders the writes of every member. A deletion has its
+	// precondition's, the revision it deleted: nothing was written in between.
 	Revision int64
-	Status   int // 0 when no answer came
+	// Holder is the holderIdentity of a Lease written ("" when the write releases it).
+	Holder string
+	Status int // 0 when no answer came
 }
 
 // ok reports whether the API server accepted the request.
@@ -78,8 +83,17 @@ func (c call) ok() bool { return c.Status >= 200 && c.Status < 300 }
 
 // reportWrite reports whether c writes a PolicyReport or a ClusterPolicyReport.
 func (c call) reportWrite() bool {
-	return (c.Resource == "policyreports" || c.Resource == "clusterpolicyreports") &&
-		(c.Verb == "create" || c.Verb == "update" || c.Verb == "patch" || c.Verb == "delete")
+	return (c.Resource == "policyreports" || c.Resource == "clusterpolicyreports") && c.write()
+}
+
+// leaseWrite reports whether c writes a Lease: leader election's acquisitions, renewals and releases.
+func (c call) leaseWrite() bool { return c.Resource == "leases" && c.write() }
+
+// policyWrite reports whether c writes an AuditPolicy (its status, its finalizer), which the leader alone may.
+func (c call) policyWrite() bool { return c.Resource == "auditpolicies" && c.write() }
+
+func (c call) write() bool {
+	return c.Verb == "create" || c.Verb == "update" || c.Verb == "patch" || c.Verb == "delete"
 }
 
 func (c call) String() string {
@@ -191,9 +205,34 @@ type metadataOf struct {
 	} `json:"metadata"`
 }
 
+// leaseOf decodes a Lease, in JSON or in protobuf (which leader election uses).
+func leaseOf(body []byte) (*coordinationv1.Lease, error) {
+	obj, _, err := clientgoscheme.Codecs.UniversalDeserializer().Decode(body, nil, nil)
+	if err != nil {
+		return nil, err
+	}
+	lease, ok := obj.(*coordinationv1.Lease)
+	if !ok {
+		return nil, fmt.Errorf("a %T, not a Lease", obj)
+	}
+	return lease, nil
+}
+
 func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 	c := describe(req)
 	c.Member = rec.member.name
+	if c.leaseWrite() && req.Body != nil {
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			return nil, err
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		written, err := leaseOf(body)
+		if err != nil {
+			return nil, fmt.Errorf("decoding the Lease written by member %s: %w", rec.member.name, err)
+		}
+		c.Holder = ptr.Deref(written.Spec.HolderIdentity, "")
+	}
 	if c.reportWrite() && req.Body != nil {
 		body, err := io.ReadAll(req.Body)
 		if err != nil {
@@ -225,7 +264,8 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 	// The answers read whole: a report written (its revision), a LIST of the scanner (whether the API server
 	// applied the shardSelector). Watches stream, and are not read.
-	if err == nil && c.ok() && ((c.reportWrite() && c.Verb != "delete") || (c.Verb == "list" && c.ShardSelector != "")) {
+	ordered := (c.reportWrite() || c.leaseWrite() || c.policyWrite()) && c.Verb != "delete"
+	if err == nil && c.ok() && (ordered || (c.Verb == "list" && c.ShardSelector != "")) {
 		body, readErr := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
 		if readErr != nil {
@@ -233,9 +273,18 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		resp.Body = io.NopCloser(bytes.NewReader(body))
 		var answered metadataOf
-		if json.Unmarshal(body, &answered) == nil {
+		decoded := json.Unmarshal(body, &answered) == nil
+		if c.leaseWrite() {
+			// Leader election writes its Lease in protobuf.
+			lease, err := leaseOf(body)
+			if err != nil {
+				return nil, fmt.Errorf("decoding the Lease the API server answered member %s with: %w", rec.member.name, err)
+			}
+			answered.Metadata.ResourceVersion, decoded = lease.ResourceVersion, true
+		}
+		if decoded {
 			c.ShardInfo = answered.Metadata.ShardInfo != nil
-			if _, err := fmt.Sscan(answered.Metadata.ResourceVersion, &c.Revision); err != nil && c.reportWrite() {
+			if _, err := fmt.Sscan(answered.Metadata.ResourceVersion, &c.Revision); err != nil && ordered {
 				return nil, fmt.Errorf("the API server answered member %s's write of %s with resourceVersion %q: %w",
 					rec.member.name, c.Path, answered.Metadata.ResourceVersion, err)
 			}

@@ -3,6 +3,7 @@ package sharding
 import (
 	"context"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -12,14 +13,17 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
+	auditv1alpha1 "github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/shard"
 	"github.com/celaudit/celaudit/test/envtestutil"
@@ -33,6 +37,15 @@ const (
 	// label marks the scenario's namespaces, which the policies select.
 	label = "sharding-test"
 	group = "sharding.celaudit.test"
+	// auditPolicy requires an owner of the ConfigMaps of the scenario's namespaces: the leader writes its
+	// status from every member's AuditShard.
+	auditPolicy = "sh-ap"
+	// resultsPerNamespace are a ConfigMap passing and one failing, of the VAP and of the AuditPolicy, a widget
+	// and the namespace; and the AuditPolicy itself is judged by its CRD's rules.
+	resultsPerNamespace = 6
+	wantResults         = resultsPerNamespace*namespaceCount + 1
+	// topNamespaces is how many namespaces an AuditPolicy's status lists, most violations first.
+	topNamespaces = 10
 )
 
 // TestShardedAudit runs the scenario with the API server filtering each member's LIST and WATCH.
@@ -58,26 +71,38 @@ type cluster struct {
 
 func runScenario(t *testing.T, serverSide bool) {
 	c := newCluster(t, serverSide)
-	// The results of one unsharded replica, which the members' union must equal at every step.
-	want := c.freshResults(t)
-	if len(want) != 4*namespaceCount {
-		t.Fatalf("the unsharded audit wrote %d results, want %d (a ConfigMap passing and one failing, a widget and "+
-			"the namespace in each of %d namespaces):\n%s", len(want), 4*namespaceCount, namespaceCount, strings.Join(want, "\n"))
+	// The results of one unsharded replica, which the members' union must equal at every step, and the
+	// AuditPolicy's status it writes, which the leader's rollup of the members' AuditShards must equal.
+	want, ref := c.freshResults(t)
+	if len(want) != wantResults {
+		t.Fatalf("the unsharded audit wrote %d results, want %d (ConfigMaps passing and failing, of the VAP and of the "+
+			"AuditPolicy, a widget and the namespace in each of %d namespaces, and the AuditPolicy):\n%s", len(want), wantResults,
+			namespaceCount, strings.Join(want, "\n"))
+	}
+	// One violation (the unowned ConfigMap) in every namespace: the first namespaces by name lead.
+	if ref.Matched != 2*namespaceCount || ref.Violations != namespaceCount || !slices.Equal(ref.Top, topOf(c.namespaces, nil)) {
+		t.Fatalf("the unsharded celaudit's AuditPolicy status %+v, want %d matched, %d violations, top namespaces %v",
+			ref, 2*namespaceCount, namespaceCount, topOf(c.namespaces, nil))
 	}
 
 	gen := c.scale(t, 3)
 	c.start(t, 0, 1, 2)
 	c.waitUnion(t, want, gen, 3)
+	c.waitPolicyStatus(t, ref)
 
 	// Scale down: the StatefulSet controller deletes the highest ordinal; its namespaces move to the others.
 	gen = c.scale(t, 2)
 	c.stop(t, 2)
 	c.waitUnion(t, want, gen, 2)
+	c.waitPolicyStatus(t, ref)
+	// The AuditShard of the member scaled away is still there, of an earlier epoch: it did not count.
+	c.expectStaleShard(t, 2, gen)
 
 	// Scale up: two new pods; every member's range changes.
 	gen = c.scale(t, 4)
 	c.start(t, 2, 3)
 	c.waitUnion(t, want, gen, 4)
+	c.waitPolicyStatus(t, ref)
 
 	// A member killed: what changes in its namespaces meanwhile is audited once it is back.
 	victim := 1
@@ -88,11 +113,23 @@ func runScenario(t *testing.T, serverSide bool) {
 	c.create(t, configMap(ns, "late", nil))
 	c.start(t, victim)
 	c.waitResult(t, ns, "late", v1alpha2.StatusWarn) // an Audit binding warns
+	// The AuditPolicy counts one more ConfigMap and one more violation, which puts its namespace first.
+	late := ref
+	late.Matched, late.Violations, late.Top = ref.Matched+1, ref.Violations+1, topOf(c.namespaces, map[string]int64{ns: 2})
+	if ref.Warn > 0 {
+		late.Warn++
+	} else {
+		late.Fail++
+	}
+	// New counts, which only a complete rollup of the members at the current epoch writes; no new generation:
+	// the leader that took over from the killed one must write the counts it adds up.
+	c.waitLateStatus(t, late)
 
 	for i := range 4 {
 		c.stop(t, i)
 	}
 	c.assertSingleWriter(t)
+	c.assertLeaderWrotePolicies(t)
 	c.assertReadMode(t, serverSide)
 	// The reports, the change made while a member was dead included, equal a fresh audit of the final state.
 	opts := envtestutil.TestOptions()
@@ -172,6 +209,19 @@ func newCluster(t *testing.T, serverSide bool) *cluster {
 			},
 		})
 	}
+	c.create(t, &auditv1alpha1.AuditPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: auditPolicy},
+		Spec: auditv1alpha1.AuditPolicySpec{
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create, admissionregistrationv1.Update},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				},
+			}}},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{label: "yes"}}},
+			Validations:    []admissionregistrationv1.Validation{{Expression: "has(object.data) && 'owner' in object.data", Message: "every ConfigMap needs an owner"}},
+		},
+	})
 	c.create(t, &appsv1.StatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Namespace: c.id.Namespace, Name: set},
 		Spec: appsv1.StatefulSetSpec{
@@ -227,9 +277,9 @@ func (c *cluster) createWidget(t *testing.T, ns, name string, size int64) {
 	envtestutil.Eventually(t, 30*time.Second, func() error { return c.env.Client.Create(context.Background(), u) })
 }
 
-// freshResults runs one unsharded replica until it has written its reports, and returns their results, then
-// deletes the reports: the members start from none.
-func (c *cluster) freshResults(t *testing.T) []string {
+// freshResults runs one unsharded replica until it has written its reports and the AuditPolicy's status,
+// and returns their results and that status, then deletes the reports: the members start from none.
+func (c *cluster) freshResults(t *testing.T) ([]string, policyStatus) {
 	t.Helper()
 	opts := envtestutil.TestOptions()
 	opts.ReportVerdicts = "pass,fail,warn,error,skip"
@@ -241,9 +291,21 @@ func (c *cluster) freshResults(t *testing.T) []string {
 		if want, err = c.results(); err != nil {
 			return err
 		}
-		if len(want) < 4*namespaceCount {
+		if len(want) < wantResults {
 			return fmt.Errorf("%d results written", len(want))
 		}
+		return nil
+	})
+	var ref policyStatus
+	envtestutil.Eventually(t, time.Minute, func() error {
+		ap, err := c.policy()
+		if err != nil {
+			return err
+		}
+		if ap.Status.LastAuditTime == nil || ap.Status.ObservedGeneration != ap.Generation || ap.Status.Matched < 2*namespaceCount {
+			return fmt.Errorf("AuditPolicy %s not audited yet: %+v", auditPolicy, ap.Status)
+		}
+		ref = statusOf(ap)
 		return nil
 	})
 	stop()
@@ -256,7 +318,7 @@ func (c *cluster) freshResults(t *testing.T) []string {
 			t.Fatal(err)
 		}
 	}
-	return want
+	return want, ref
 }
 
 // results returns the results of the scenario's reports: its namespaces' and the cluster's.
@@ -500,4 +562,167 @@ func diff(got, want []string) string {
 		return "(the same lines, some more often)"
 	}
 	return b.String()
+}
+
+// policyStatus is what an AuditPolicy's status says of its audit: counts, top namespaces and SafeToEnforce.
+type policyStatus struct {
+	Matched, Pass, Fail, Warn, Error, Skip, Violations int64
+	Top                                                []auditv1alpha1.NamespaceViolations
+	// SafeToEnforce is the condition's status and reason.
+	SafeToEnforce string
+}
+
+func statusOf(ap *auditv1alpha1.AuditPolicy) policyStatus {
+	st := ap.Status
+	p := policyStatus{Matched: st.Matched, Pass: st.Pass, Fail: st.Fail, Warn: st.Warn, Error: st.Error, Skip: st.Skip,
+		Violations: st.Violations, Top: st.TopNamespaces}
+	if cond := meta.FindStatusCondition(st.Conditions, auditv1alpha1.ConditionSafeToEnforce); cond != nil {
+		p.SafeToEnforce = string(cond.Status) + " " + cond.Reason
+	}
+	return p
+}
+
+func (p policyStatus) equal(o policyStatus) bool {
+	sameTop := slices.Equal(p.Top, o.Top)
+	p.Top, o.Top = nil, nil
+	return sameTop && reflect.DeepEqual(p, o)
+}
+
+// topOf returns the top namespaces of an AuditPolicy's status over namespaces with one violation each but
+// those given: most violations first, then by name.
+func topOf(namespaces []string, violations map[string]int64) []auditv1alpha1.NamespaceViolations {
+	var out []auditv1alpha1.NamespaceViolations
+	for _, ns := range namespaces {
+		n, ok := violations[ns]
+		if !ok {
+			n = 1
+		}
+		out = append(out, auditv1alpha1.NamespaceViolations{Namespace: ns, Violations: n})
+	}
+	slices.SortFunc(out, func(a, b auditv1alpha1.NamespaceViolations) int {
+		if a.Violations != b.Violations {
+			return int(b.Violations - a.Violations)
+		}
+		return strings.Compare(a.Namespace, b.Namespace)
+	})
+	return out[:min(topNamespaces, len(out))]
+}
+
+func (c *cluster) policy() (*auditv1alpha1.AuditPolicy, error) {
+	ap := &auditv1alpha1.AuditPolicy{}
+	return ap, c.env.Client.Get(context.Background(), client.ObjectKey{Name: auditPolicy}, ap)
+}
+
+// waitPolicyStatus gives the AuditPolicy a new generation, which changes none of its results (the duration of
+// a promotion its violations never allow), and waits until its status is want at that generation: counts
+// and SafeToEnforce of a complete audit of the new generation, which the leader claims only from AuditShards
+// of the current layout that cover every namespace; not a status left from before.
+func (c *cluster) waitPolicyStatus(t *testing.T, want policyStatus) {
+	t.Helper()
+	c.waitLeader(t)
+	var generation int64
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		ap, err := c.policy()
+		if err != nil {
+			return err
+		}
+		ap.Spec.Promotion = &auditv1alpha1.Promotion{To: auditv1alpha1.Warn, For: metav1.Duration{Duration: time.Duration(ap.Generation+1) * time.Hour}}
+		if err := c.env.Client.Update(context.Background(), ap); err != nil {
+			return err
+		}
+		generation = ap.Generation
+		return nil
+	})
+	envtestutil.Eventually(t, 2*time.Minute, func() error {
+		ap, err := c.policy()
+		if err != nil {
+			return err
+		}
+		safe := meta.FindStatusCondition(ap.Status.Conditions, auditv1alpha1.ConditionSafeToEnforce)
+		if ap.Generation != generation || ap.Status.ObservedGeneration != generation || safe == nil || safe.ObservedGeneration != generation {
+			return fmt.Errorf("AuditPolicy %s at generation %d (waiting for %d), status of %d, SafeToEnforce %+v", auditPolicy,
+				ap.Generation, generation, ap.Status.ObservedGeneration, safe)
+		}
+		if got := statusOf(ap); !got.equal(want) {
+			return fmt.Errorf("AuditPolicy %s status\n got %+v\nwant %+v", auditPolicy, got, want)
+		}
+		return nil
+	})
+}
+
+// waitLateStatus waits until the AuditPolicy's status is want.
+func (c *cluster) waitLateStatus(t *testing.T, want policyStatus) {
+	t.Helper()
+	envtestutil.Eventually(t, 2*time.Minute, func() error {
+		ap, err := c.policy()
+		if err != nil {
+			return err
+		}
+		if got := statusOf(ap); !got.equal(want) {
+			return fmt.Errorf("AuditPolicy %s status\n got %+v\nwant %+v", auditPolicy, got, want)
+		}
+		return nil
+	})
+}
+
+// waitLeader waits until a live member leads: the leader election Lease has a holder that renewed it within
+// the last second (its renewals are 500 ms apart; a member killed stops renewing).
+func (c *cluster) waitLeader(t *testing.T) {
+	t.Helper()
+	envtestutil.Eventually(t, time.Minute, func() error {
+		lease := &coordinationv1.Lease{}
+		if err := c.env.Client.Get(context.Background(), client.ObjectKey{Namespace: c.id.Namespace, Name: "celaudit.celaudit.io"}, lease); err != nil {
+			return err
+		}
+		if ptr.Deref(lease.Spec.HolderIdentity, "") == "" || lease.Spec.RenewTime == nil || time.Since(lease.Spec.RenewTime.Time) > time.Second {
+			return fmt.Errorf("no live leader: holder %q, renewed %v", ptr.Deref(lease.Spec.HolderIdentity, ""), lease.Spec.RenewTime)
+		}
+		return nil
+	})
+}
+
+// expectStaleShard checks that the AuditShard of the member of index, scaled away, is still stored with an
+// epoch before epoch: the status just checked was added up without it.
+func (c *cluster) expectStaleShard(t *testing.T, index int, epoch int64) {
+	t.Helper()
+	as := &auditv1alpha1.AuditShard{}
+	if err := c.env.Client.Get(context.Background(), client.ObjectKey{Namespace: c.id.Namespace, Name: fmt.Sprintf("shard-%d", index)}, as); err != nil {
+		t.Fatalf("the AuditShard of member %d, scaled away: %v", index, err)
+	}
+	if as.Status.Epoch >= epoch || len(as.Status.Policies) == 0 {
+		t.Fatalf("the AuditShard of member %d, scaled away, has epoch %d and %d policies; want an earlier epoch than %d, with the policy",
+			index, as.Status.Epoch, len(as.Status.Policies), epoch)
+	}
+}
+
+// assertLeaderWrotePolicies checks, from the recorded writes in the API server's order, that every write of
+// the AuditPolicy (its status, its finalizer) was made by the member whose write of the leader election
+// Lease came last before it, and held the Lease: one writer, the leader, at every moment.
+func (c *cluster) assertLeaderWrotePolicies(t *testing.T) {
+	t.Helper()
+	var leases, policies []call
+	for _, m := range c.all() {
+		leases = append(leases, m.recorded(func(x call) bool { return x.leaseWrite() && x.ok() })...)
+		policies = append(policies, m.recorded(func(x call) bool { return x.policyWrite() && x.ok() })...)
+	}
+	if len(policies) == 0 {
+		t.Fatal("no member wrote the AuditPolicy")
+	}
+	byRevision := func(a, b call) int { return int(a.Revision - b.Revision) }
+	slices.SortFunc(leases, byRevision)
+	writers := map[string]bool{}
+	for _, w := range policies {
+		writers[w.Member] = true
+		i := sort.Search(len(leases), func(i int) bool { return leases[i].Revision >= w.Revision }) - 1
+		switch {
+		case w.Revision == 0:
+			t.Errorf("a write of the AuditPolicy the API server's order cannot place: %s", w)
+		case i < 0:
+			t.Errorf("the AuditPolicy was written before any member held the Lease: %s", w)
+		case leases[i].Member != w.Member || leases[i].Holder == "":
+			t.Errorf("the AuditPolicy was written by %s while the Lease was last written by %s (holder %q): %s",
+				w.Member, leases[i].Member, leases[i].Holder, w)
+		}
+	}
+	t.Logf("%d AuditPolicy writes by %d successive leaders checked against %d Lease writes", len(policies), len(writers), len(leases))
 }

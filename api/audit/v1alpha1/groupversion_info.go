@@ -19,7 +19,7 @@ var (
 )
 
 func addKnownTypes(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion, &AuditPolicy{}, &AuditPolicyList{})
+	s.AddKnownTypes(GroupVersion, &AuditPolicy{}, &AuditPolicyList{}, &AuditShard{}, &AuditShardList{})
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil
 }
