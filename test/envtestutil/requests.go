@@ -24,6 +24,13 @@ type Request struct {
 	Status int
 }
 
+// DescribeRequest returns what req does: its verb, resource, namespace, name and query. The recording
+// proxies of the replica tests classify what each replica sent with it too.
+func DescribeRequest(req *http.Request) Request {
+	return Request{Verb: verbOf(req), Resource: resourceOf(req.URL.Path), Namespace: namespaceOf(req.URL.Path), Name: nameOf(req.URL.Path),
+		Query: req.URL.Query()}
+}
+
 // RequestLog records the API requests made through a rest.Config, with when they were sent and answered, and
 // can hold some back or act before they are sent: a test sees in which order writes reached the API server,
 // makes one slow to see what waits for it, or changes the cluster between a client's read and its write.
@@ -42,8 +49,7 @@ func (l *RequestLog) Wrap(cfg *rest.Config) *rest.Config {
 	cfg = rest.CopyConfig(cfg)
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
 		return roundTripperFunc(func(req *http.Request) (*http.Response, error) {
-			r := Request{Verb: verbOf(req), Resource: resourceOf(req.URL.Path), Namespace: namespaceOf(req.URL.Path), Name: nameOf(req.URL.Path),
-				Query: req.URL.Query()}
+			r := DescribeRequest(req)
 			if l.Hold != nil {
 				if d := l.Hold(r); d > 0 {
 					select {

@@ -312,41 +312,8 @@ func epochOf(annotations map[string]string) int64 {
 // describe returns the verb, resource, namespace and name of a request.
 func describe(req *http.Request) call {
 	c := call{Path: req.URL.Path, ShardSelector: req.URL.Query().Get("shardSelector"), Epoch: -1}
-	parts := strings.Split(strings.Trim(req.URL.Path, "/"), "/")
-	switch {
-	case len(parts) >= 2 && parts[0] == "api":
-		parts = parts[2:]
-	case len(parts) >= 3 && parts[0] == "apis":
-		parts = parts[3:]
-	default:
-		parts = nil
-	}
-	if len(parts) > 2 && parts[0] == "namespaces" {
-		c.Namespace, parts = parts[1], parts[2:]
-	}
-	if len(parts) > 0 {
-		c.Resource = parts[0]
-	}
-	if len(parts) > 1 {
-		c.Name = parts[1]
-	}
-	switch req.Method {
-	case http.MethodGet:
-		switch {
-		case req.URL.Query().Get("watch") == "true" || req.URL.Query().Get("watch") == "1":
-			c.Verb = "watch"
-		case len(parts) == 1:
-			c.Verb = "list"
-		default:
-			c.Verb = "get"
-		}
-	case http.MethodPost:
-		c.Verb = "create"
-	case http.MethodPut:
-		c.Verb = "update"
-	default:
-		c.Verb = strings.ToLower(req.Method)
-	}
+	r := envtestutil.DescribeRequest(req)
+	c.Verb, c.Resource, c.Namespace, c.Name = r.Verb, r.Resource, r.Namespace, r.Name
 	return c
 }
 
