@@ -13,13 +13,17 @@ const (
 	SourceVAP PolicySource = "vap"
 	// SourceAuditPolicy is one of celaudit's own AuditPolicies (audit.celaudit.io).
 	SourceAuditPolicy PolicySource = "auditpolicy"
+	// SourceMAP is a MutatingAdmissionPolicy with its bindings: its results say whether a stored object is
+	// as the policy would leave it on its next write (see package mutate).
+	SourceMAP PolicySource = "map"
 	// SourceAPIServer is the API server's own limits on a request (its body size, a ConfigMap's data), which
 	// refuse an object before any validation or policy judges it. Only kubectl celaudit check judges them.
 	SourceAPIServer PolicySource = "apiserver"
 )
 
 // Kind returns the kind of the object the policy comes from, as a result's property PropPolicyKind names it:
-// CustomResourceDefinition, ValidatingAdmissionPolicy or AuditPolicy; "" for an unknown source.
+// CustomResourceDefinition, ValidatingAdmissionPolicy, AuditPolicy or MutatingAdmissionPolicy; "" for an
+// unknown source.
 func (s PolicySource) Kind() string {
 	switch s {
 	case SourceCRD:
@@ -28,13 +32,15 @@ func (s PolicySource) Kind() string {
 		return "ValidatingAdmissionPolicy"
 	case SourceAuditPolicy:
 		return "AuditPolicy"
+	case SourceMAP:
+		return "MutatingAdmissionPolicy"
 	}
 	return ""
 }
 
 // SourceOfKind returns the source whose Kind is kind, and false for any other kind.
 func SourceOfKind(kind string) (PolicySource, bool) {
-	for _, s := range []PolicySource{SourceCRD, SourceVAP, SourceAuditPolicy} {
+	for _, s := range []PolicySource{SourceCRD, SourceVAP, SourceAuditPolicy, SourceMAP} {
 		if s.Kind() == kind {
 			return s, true
 		}
@@ -58,6 +64,9 @@ func VAPKey(name string) PolicyKey { return PolicyKey{Source: SourceVAP, Name: n
 
 // AuditPolicyKey is the key of the policy of the AuditPolicy named name.
 func AuditPolicyKey(name string) PolicyKey { return PolicyKey{Source: SourceAuditPolicy, Name: name} }
+
+// MAPKey is the key of the policy of the MutatingAdmissionPolicy named name.
+func MAPKey(name string) PolicyKey { return PolicyKey{Source: SourceMAP, Name: name} }
 
 // String returns the key as source/name, for logs and sorting.
 func (k PolicyKey) String() string { return string(k.Source) + "/" + k.Name }

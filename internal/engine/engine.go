@@ -12,16 +12,20 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/crdrules"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/vap"
 )
 
 // Views are what policies read besides the object they judge. Resources is required to bind a
-// ValidatingAdmissionPolicy; Namespaces serves namespaceSelectors and the namespaceObject variable; Params
-// serves param objects. A missing view turns the evaluations that need it into error results.
+// ValidatingAdmissionPolicy or a MutatingAdmissionPolicy; Namespaces serves namespaceSelectors and the
+// namespaceObject variable; Params serves param objects; CRDs are the cluster's CustomResourceDefinitions,
+// whose schemas a MutatingAdmissionPolicy's changes to custom resources are defaulted and merged with. A
+// missing view turns the evaluations that need it into error results.
 type Views struct {
 	Resources  vap.ResourceResolver
 	Namespaces vap.NamespaceGetter
 	Params     vap.ParamSource
+	CRDs       []*apiextensionsv1.CustomResourceDefinition
 }
 
 // Compiler compiles policy objects into audit policies. Its zero value compiles as the kube-apiserver
@@ -31,6 +35,8 @@ type Compiler struct {
 	VAPOptions vap.Options
 	// Exemptions are left out of every AuditPolicy, as of the pair celaudit registers for it.
 	Exemptions auditpolicy.Exemptions
+	// MAPDefaults are the category and severity of MutatingAdmissionPolicies without the annotations.
+	MAPDefaults mutate.Defaults
 }
 
 // CRD compiles the validation of a CustomResourceDefinition: every served version's schema and rules.
@@ -63,16 +69,40 @@ func Bind(compiled *vap.Compiled, bindings []*admissionregistrationv1.Validating
 	return compiled.Bind(bindings, vap.Deps{Resolver: views.Resources, Namespaces: views.Namespaces, Params: views.Params})
 }
 
+// MAP compiles a MutatingAdmissionPolicy once (cache it under mutate.CacheKey); BindMAPs binds the compiled
+// policies together.
+func (c Compiler) MAP(policy *admissionregistrationv1.MutatingAdmissionPolicy) *mutate.Compiled {
+	return mutate.Compile(policy)
+}
+
+// BindMAPs binds the compiled MutatingAdmissionPolicies to their bindings and to views (the CRDs' schemas
+// among them), as the chain the API server runs on every write, and returns one audit policy per policy it
+// applies (see mutate.Policy). Each one's results depend on the others: bind them all again when any policy,
+// binding, CRD or the served resources change.
+func (c Compiler) BindMAPs(compiled []*mutate.Compiled, bindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding,
+	views Views) []audit.Policy {
+	set := mutate.NewSet(compiled, bindings, mutate.NewTypes(views.CRDs),
+		vap.Deps{Resolver: views.Resources, Namespaces: views.Namespaces, Params: views.Params})
+	policies := set.Policies(c.MAPDefaults)
+	out := make([]audit.Policy, len(policies))
+	for i, p := range policies {
+		out[i] = p
+	}
+	return out
+}
+
 // Object is one object to evaluate with several policies: what evaluating a Secret needs is prepared once.
 type Object struct {
 	gvr      schema.GroupVersionResource
 	obj      *unstructured.Unstructured
 	redactor *audit.Redactor // nil redacts nothing
+	// cache holds what the policies evaluated on this object share (see audit.ObjectCache).
+	cache *audit.ObjectCache
 }
 
 // NewObject prepares obj, read at gvr, for evaluation.
 func NewObject(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) Object {
-	o := Object{gvr: gvr, obj: obj}
+	o := Object{gvr: gvr, obj: obj, cache: &audit.ObjectCache{}}
 	if gvr.Group == "" && gvr.Resource == "secrets" {
 		o.redactor = audit.NewSecretRedactor(obj.Object)
 	}
@@ -89,7 +119,7 @@ func NewObject(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) 
 // what they compute from a Secret's data, and this is the last guard should one fail to. Only Secrets pay
 // for it.
 func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
-	res := safeEvaluate(ctx, p, o.gvr, o.obj)
+	res := safeEvaluate(audit.WithObjectCache(ctx, o.cache), p, o.gvr, o.obj)
 	o.redactor.Redact(res)
 	source := p.Key().Source
 	for i := range res {

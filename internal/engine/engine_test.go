@@ -13,6 +13,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/mutate"
+	"github.com/celaudit/celaudit/internal/vap"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
 )
 
 var (
@@ -270,4 +276,114 @@ func TestEvaluatePanicIsReportedWithStack(t *testing.T) {
 	if len(res) != 1 || res[0].Verdict != audit.Pass || len(got) != 1 {
 		t.Errorf("the policy after the panicking one gave %+v (%d panics reported)", res, len(got))
 	}
+}
+
+// TestCompileMAPs compiles MutatingAdmissionPolicies with their bindings and the CRD of the custom resources
+// they change, all given as objects, and evaluates a custom resource as front ends do: one result per policy
+// that applies, the drifted one a warn with its patch, keyed as MutatingAdmissionPolicies.
+func TestCompileMAPs(t *testing.T) {
+	docs := []string{`
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, singular: widget, listKind: WidgetList}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema:
+        type: object
+        properties:
+          spec:
+            type: object
+            properties:
+              size: {type: integer}
+              tier: {type: string, default: bronze}
+`, `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: size, annotations: {celaudit.io/severity: high}}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [example.com], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [widgets]}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{spec: Object.spec{size: 3}}'
+`, `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata: {name: size}
+spec: {policyName: size}
+`, `
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata: {name: unbound}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [example.com], apiVersions: [v1], operations: [UPDATE], resources: [widgets]}
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch: {expression: '[]'}
+`}
+	var objs []*unstructured.Unstructured
+	for _, doc := range docs {
+		o := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &o.Object); err != nil {
+			t.Fatal(err)
+		}
+		objs = append(objs, o)
+	}
+	resolver, err := vap.NewStaticResolver([]*metav1.APIResourceList{{GroupVersion: "example.com/v1", APIResources: []metav1.APIResource{
+		{Name: "widgets", Kind: "Widget", Namespaced: true, Verbs: metav1.Verbs{"get", "list", "watch", "create", "update", "patch", "delete"}},
+	}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	policies, err := Compiler{}.Compile(objs, Views{Resources: resolver, Namespaces: defaultNamespace{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, p := range policies {
+		keys = append(keys, p.Key().String())
+	}
+	// The unbound policy is not applied, as on the API server.
+	if want := []string{"crd/widgets.example.com", "map/size"}; !reflect.DeepEqual(keys, want) {
+		t.Fatalf("compiled %v, want %v", keys, want)
+	}
+	widgets := schema.GroupVersionResource{Group: "example.com", Version: "v1", Resource: "widgets"}
+	if got := policies[1].Resources(); !reflect.DeepEqual(got, []schema.GroupVersionResource{widgets}) {
+		t.Errorf("map/size reads %v, want widgets", got)
+	}
+	widget := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Widget",
+		"metadata": map[string]any{"name": "w", "namespace": "default", "uid": "u1", "resourceVersion": "3"},
+		"spec":     map[string]any{"size": int64(1), "tier": "bronze"},
+	}}
+	res := NewObject(widgets, widget).Evaluate(context.Background(), policies[1])
+	if len(res) != 1 {
+		t.Fatalf("results %+v, want one", res)
+	}
+	r := res[0]
+	if r.Policy != "size" || r.PolicySource != audit.SourceMAP || r.Verdict != audit.Warn || r.Severity != audit.SeverityHigh ||
+		r.Properties[mutate.PropPatch] != `[{"op":"replace","path":"/spec/size","value":3}]` {
+		t.Errorf("result %+v, want a high warn with the patch of spec.size", r)
+	}
+}
+
+// defaultNamespace serves the namespace "default" alone.
+type defaultNamespace struct{}
+
+func (defaultNamespace) Get(name string) (*corev1.Namespace, error) {
+	if name != metav1.NamespaceDefault {
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
+	}
+	return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, nil
 }

@@ -1,7 +1,9 @@
 package vap
 
 import (
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
 	"k8s.io/client-go/informers"
 )
@@ -19,3 +21,22 @@ func NewMatcher(namespaces NamespaceGetter) *matching.Matcher {
 func NewParamInformer(source ParamSource, gvk schema.GroupVersionKind) informers.GenericInformer {
 	return paramInformer{source: source, gvk: gvk}
 }
+
+// ResourceLevel returns m without its object-level criteria (selectors, resourceNames), for deciding which
+// resources a policy can apply to at all; the mutating policy audit plans its reads with it as this package
+// does.
+func ResourceLevel(m *admissionregistrationv1.MatchResources) *admissionregistrationv1.MatchResources {
+	return resourceLevel(m)
+}
+
+// ResourceAttributes describes a request of operation op for some object of r, for resource-level matching.
+func ResourceAttributes(r APIResource, op admission.Operation) admission.Attributes {
+	return resourceAttributes(r, op)
+}
+
+// ReportResource reports whether gr is one of the report resources celaudit writes: a policy covers them
+// only when one of its rules names them literally, so that no audit judges its own output by a wildcard.
+func ReportResource(gr schema.GroupResource) bool { return ownReport(gr) }
+
+// NamesReports reports whether a resource rule of ms names one of celaudit's report resources literally.
+func NamesReports(ms ...*admissionregistrationv1.MatchResources) bool { return namesOwnReports(ms...) }
