@@ -196,35 +196,49 @@ func newMutateFixture(n, namespaces int) (*mutateFixture, error) {
 		return nil, err
 	}
 	f := &mutateFixture{crds: cs}
-	var crdObjs, nsObjs, params []*unstructured.Unstructured
-	for _, c := range cs {
-		u, err := toUnstructured(c, apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+	if f.views, err = clusterViews(cs, namespaces); err != nil {
+		return nil, err
+	}
+	created := metav1.NewTime(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
+	for _, o := range plan(n, namespaces) {
+		u, err := storedForm(o, preparer, created)
 		if err != nil {
 			return nil, err
 		}
-		crdObjs = append(crdObjs, u)
+		f.objs = append(f.objs, storedObject{object: o, gvr: o.kind.resource(), u: u})
 	}
-	addNS := func(name string, labels map[string]string) error {
-		u, err := toUnstructured(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, corev1.SchemeGroupVersion.WithKind("Namespace"))
-		nsObjs = append(nsObjs, u)
+	return f, nil
+}
+
+// clusterViews returns the discovery (built-in resources and cs), namespaces and param objects of the macro
+// run's cluster, as setupCluster creates them.
+func clusterViews(cs []*apiextensionsv1.CustomResourceDefinition, namespaces int) (engine.Views, error) {
+	var crdObjs, nsObjs, params []*unstructured.Unstructured
+	add := func(into *[]*unstructured.Unstructured, obj k8sruntime.Object, gvk schema.GroupVersionKind) error {
+		u, err := toUnstructured(obj, gvk)
+		*into = append(*into, u)
 		return err
 	}
-	if err := addNS(paramsNS, nil); err != nil {
-		return nil, err
+	for _, c := range cs {
+		if err := add(&crdObjs, c, apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition")); err != nil {
+			return engine.Views{}, err
+		}
 	}
-	cm, err := toUnstructured(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: paramsNS, Name: paramCM, Labels: map[string]string{paramLabel: "limits"}},
-		Data: map[string]string{"max": fmt.Sprint(paramCMMax)}}, corev1.SchemeGroupVersion.WithKind("ConfigMap"))
-	if err != nil {
-		return nil, err
+	nsGVK, cmGVK := corev1.SchemeGroupVersion.WithKind("Namespace"), corev1.SchemeGroupVersion.WithKind("ConfigMap")
+	if err := add(&nsObjs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: paramsNS}}, nsGVK); err != nil {
+		return engine.Views{}, err
 	}
-	params = append(params, cm)
+	if err := add(&params, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: paramsNS, Name: paramCM, Labels: map[string]string{paramLabel: "limits"}},
+		Data: map[string]string{"max": fmt.Sprint(paramCMMax)}}, cmGVK); err != nil {
+		return engine.Views{}, err
+	}
 	for i := range namespaces {
 		tier := "dev"
 		if i%2 == 0 {
 			tier = "prod"
 		}
-		if err := addNS(nsName(i), map[string]string{benchLabel: "yes", "tier": tier}); err != nil {
-			return nil, err
+		if err := add(&nsObjs, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName(i), Labels: map[string]string{benchLabel: "yes", "tier": tier}}}, nsGVK); err != nil {
+			return engine.Views{}, err
 		}
 		l := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"maxReplicas": int64(limitsMax)}}}
 		l.SetAPIVersion(group + "/v1")
@@ -235,23 +249,13 @@ func newMutateFixture(n, namespaces int) (*mutateFixture, error) {
 	}
 	resolver, err := views.FileResources(crdObjs)
 	if err != nil {
-		return nil, err
+		return engine.Views{}, err
 	}
 	nsView, err := views.NewFileNamespaces(nsObjs)
 	if err != nil {
-		return nil, err
+		return engine.Views{}, err
 	}
-	f.views = engine.Views{Resources: resolver, Namespaces: nsView, Params: views.NewFileParams(params)}
-
-	created := metav1.NewTime(time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC))
-	for _, o := range plan(n, namespaces) {
-		u, err := storedForm(o, preparer, created)
-		if err != nil {
-			return nil, err
-		}
-		f.objs = append(f.objs, storedObject{object: o, gvr: o.kind.resource(), u: u})
-	}
-	return f, nil
+	return engine.Views{Resources: resolver, Namespaces: nsView, Params: views.NewFileParams(params)}, nil
 }
 
 // storedForm returns o as the API server stores it: written as the macro run writes it, in shape or not (see
@@ -479,14 +483,18 @@ type mutateResult struct {
 	objectsHeap      int64
 }
 
+// mutateEngines are the compiled and bound policies of a -mutate run.
+type mutateEngines struct {
+	single map[string]*mutate.Set // each MutatingAdmissionPolicy in a Set of its own, by name
+	all    *mutate.Set            // all of them in one Set
+	vaps   *engine.Set
+}
+
 // runMutate measures the fixture of n objects; profile, when set, receives the CPU profile of the
 // MutatingAdmissionPolicy evaluations.
 func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateResult, error) {
 	res := &mutateResult{n: n, mapGroups: map[groupKey]measurement{}, mapSet: map[groupKey]measurement{}, vapGroups: map[groupKey]measurement{}}
-	var ms runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&ms)
-	heap0 := int64(ms.HeapAlloc)
+	heap0 := heapNow()
 	start := time.Now()
 	f, err := newMutateFixture(n, namespaces)
 	if err != nil {
@@ -500,25 +508,55 @@ func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateR
 			res.inShape++
 		}
 	}
-	deps := vap.Deps{Namespaces: f.views.Namespaces, Params: f.views.Params, Resolver: f.views.Resources}
+	e, err := compileMutate(f, res)
+	if err != nil {
+		return nil, err
+	}
+	// Classifying every pair (and checking the MutatingAdmissionPolicies' verdicts against the construction)
+	// also warms both engines up.
+	mapItems, err := classifyMAP(ctx, f, e)
+	if err != nil {
+		return nil, err
+	}
+	vapItems, err := classifyVAP(ctx, f, e)
+	if err != nil {
+		return nil, err
+	}
+	measureVAP(ctx, f, vapItems, res)
+	if profile != "" {
+		pf, err := os.Create(profile)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = pf.Close() }()
+		if err := pprof.StartCPUProfile(pf); err != nil {
+			return nil, err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	measureMAP(ctx, f, e, mapItems, res)
+	return res, nil
+}
 
-	// Compile and bind.
+// compileMutate compiles and binds both engines' policies, recording the time and heap it takes in res.
+func compileMutate(f *mutateFixture, res *mutateResult) (*mutateEngines, error) {
+	deps := vap.Deps{Namespaces: f.views.Namespaces, Params: f.views.Params, Resolver: f.views.Resources}
 	h := heapNow()
 	types := mutate.NewTypes(f.crds)
 	res.typesHeap = heapNow() - h
 	h = heapNow()
-	start = time.Now()
+	start := time.Now()
 	compiled, bindings, err := mutatingObjects()
 	if err != nil {
 		return nil, err
 	}
-	single := map[string]*mutate.Set{}
+	e := &mutateEngines{single: map[string]*mutate.Set{}}
 	all := make([]*mutate.Compiled, 0, len(compiled))
 	for name, c := range compiled {
-		single[name] = mutate.NewSet([]*mutate.Compiled{c}, bindings, types, deps)
+		e.single[name] = mutate.NewSet([]*mutate.Compiled{c}, bindings, types, deps)
 		all = append(all, c)
 	}
-	set := mutate.NewSet(all, bindings, types, deps)
+	e.all = mutate.NewSet(all, bindings, types, deps)
 	res.compileMAP = time.Since(start)
 	res.mapHeap = heapNow() - h
 
@@ -529,21 +567,24 @@ func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateR
 		policy, binding := p.objects()
 		vaps = append(vaps, engine.Bind(engine.Compiler{}.VAP(policy), []*admissionregistrationv1.ValidatingAdmissionPolicyBinding{binding}, f.views))
 	}
-	vapSet := engine.NewSet(vaps...)
+	e.vaps = engine.NewSet(vaps...)
 	res.compileVAP = time.Since(start)
 	res.vapHeap = heapNow() - h
 	res.vapPolicies = len(vaps)
+	return e, nil
+}
 
-	// Classify every pair (and check the MutatingAdmissionPolicies' verdicts against the construction),
-	// which also warms up both engines.
-	mapItems := map[groupKey][]int{}
+// classifyMAP returns the objects of each MutatingAdmissionPolicy's pairs, by policy, kind and state, and
+// fails unless every state is the one the construction gives.
+func classifyMAP(ctx context.Context, f *mutateFixture, e *mutateEngines) (map[groupKey][]int, error) {
+	items := map[groupKey][]int{}
 	for i, o := range f.objs {
 		for _, s := range mapSpecs {
 			want := expectedMAP(s.name, o.object)
 			if want == "" {
 				continue
 			}
-			got, err := mapState(single[s.name].Evaluate(ctx, o.gvr, o.u), s.name)
+			got, err := mapState(e.single[s.name].Evaluate(ctx, o.gvr, o.u), s.name)
 			if err != nil {
 				return nil, fmt.Errorf("%s %s: %w", o.kind, o.u.GetName(), err)
 			}
@@ -551,17 +592,24 @@ func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateR
 				return nil, fmt.Errorf("%s on %s %s: %s, want %s", s.name, o.kind, o.u.GetName(), got, want)
 			}
 			k := groupKey{s.name, o.kind, got}
-			mapItems[k] = append(mapItems[k], i)
+			items[k] = append(items[k], i)
 		}
 	}
-	type vapItem struct {
-		obj    int
-		policy audit.Policy
-	}
-	vapItems := map[groupKey][]vapItem{}
+	return items, nil
+}
+
+// vapItem is one ValidatingAdmissionPolicy pair: an object (by index) and a policy.
+type vapItem struct {
+	obj    int
+	policy audit.Policy
+}
+
+// classifyVAP returns the ValidatingAdmissionPolicy pairs that give a result, by kind and state.
+func classifyVAP(ctx context.Context, f *mutateFixture, e *mutateEngines) (map[groupKey][]vapItem, error) {
+	items := map[groupKey][]vapItem{}
 	for i, o := range f.objs {
 		eo := engine.NewObject(o.gvr, o.u)
-		for _, p := range vapSet.For(o.gvr) {
+		for _, p := range e.vaps.For(o.gvr) {
 			for _, r := range eo.Evaluate(ctx, p) {
 				state := statePass
 				switch r.Verdict {
@@ -572,46 +620,41 @@ func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateR
 					return nil, fmt.Errorf("%s on %s %s: %s: %s", p.Key().Name, o.kind, o.u.GetName(), r.Verdict, r.Message)
 				}
 				k := groupKey{"", o.kind, state}
-				vapItems[k] = append(vapItems[k], vapItem{i, p})
+				items[k] = append(items[k], vapItem{i, p})
 			}
 		}
 	}
+	return items, nil
+}
 
-	// The ValidatingAdmissionPolicies, pair by pair.
-	for k, items := range vapItems {
-		kept := make([][]audit.Result, len(items))
-		m := measureLoop(len(items), func(i int) {
-			it := items[i]
+// measureVAP measures the ValidatingAdmissionPolicy pairs, group by group, into res.
+func measureVAP(ctx context.Context, f *mutateFixture, items map[groupKey][]vapItem, res *mutateResult) {
+	for k, group := range items {
+		kept := make([][]audit.Result, len(group))
+		m := measureLoop(len(group), func(i int) {
+			it := group[i]
 			o := f.objs[it.obj]
 			kept[i] = engine.NewObject(o.gvr, o.u).Evaluate(ctx, it.policy)
 		})
 		runtime.KeepAlive(kept)
-		m.pairs = len(items)
+		m.pairs = len(group)
 		res.vapGroups[k] = m
 	}
+}
 
-	// The MutatingAdmissionPolicies, one Set per policy, then all in one Set.
-	var stopProfile func()
-	if profile != "" {
-		pf, err := os.Create(profile)
-		if err != nil {
-			return nil, err
-		}
-		if err := pprof.StartCPUProfile(pf); err != nil {
-			return nil, err
-		}
-		stopProfile = func() { pprof.StopCPUProfile(); _ = pf.Close() }
-	}
-	for k, items := range mapItems {
-		s := single[k.policy]
-		kept := make([]mutate.Outcome, len(items))
-		m := measureLoop(len(items), func(i int) {
-			o := f.objs[items[i]]
+// measureMAP measures the MutatingAdmissionPolicy pairs into res: each policy's in its own Set, group by group,
+// then every object against all of them in one Set, by kind and state.
+func measureMAP(ctx context.Context, f *mutateFixture, e *mutateEngines, items map[groupKey][]int, res *mutateResult) {
+	for k, group := range items {
+		s := e.single[k.policy]
+		kept := make([]mutate.Outcome, len(group))
+		m := measureLoop(len(group), func(i int) {
+			o := f.objs[group[i]]
 			kept[i] = s.Evaluate(ctx, o.gvr, o.u)
 		})
 		runtime.KeepAlive(kept)
 		// An object the matchConditions exclude gets no result, but the policy is evaluated on it: a pair.
-		m.pairs = len(items)
+		m.pairs = len(group)
 		res.mapGroups[k] = m
 	}
 	byKindState := map[groupKey][]int{}
@@ -623,11 +666,11 @@ func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateR
 		k := groupKey{"", o.kind, state}
 		byKindState[k] = append(byKindState[k], i)
 	}
-	for k, items := range byKindState {
-		kept := make([]mutate.Outcome, len(items))
-		m := measureLoop(len(items), func(i int) {
-			o := f.objs[items[i]]
-			kept[i] = set.Evaluate(ctx, o.gvr, o.u)
+	for k, group := range byKindState {
+		kept := make([]mutate.Outcome, len(group))
+		m := measureLoop(len(group), func(i int) {
+			o := f.objs[group[i]]
+			kept[i] = e.all.Evaluate(ctx, o.gvr, o.u)
 		})
 		pairs := 0
 		for _, out := range kept {
@@ -637,10 +680,6 @@ func runMutate(ctx context.Context, n, namespaces int, profile string) (*mutateR
 		m.pairs = pairs
 		res.mapSet[k] = m
 	}
-	if stopProfile != nil {
-		stopProfile()
-	}
-	return res, nil
 }
 
 func heapNow() int64 {
@@ -701,6 +740,11 @@ func mdMutate(p printer, r *mutateResult, m Machine, code, command string) {
 		"B retained/pair is the heap the kept results (mutate.Outcome, []audit.Result) still hold after a collection. " +
 		"× VAP divides ns/pair by that of all ValidatingAdmissionPolicy pairs on objects of the same kind (pass and fail together).")
 	p("")
+	mdMutateTable(p, r)
+}
+
+// mdMutateTable writes the table of one -mutate run.
+func mdMutateTable(p printer, r *mutateResult) {
 	p("| engine | policies | kind | pairs | state | ns/pair | CPU ns/pair | allocs/pair | B allocated/pair | B retained/pair | × VAP (same kind) |")
 	p("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 	vapByKind := map[kind]measurement{}
