@@ -123,6 +123,16 @@ test-chart: envtest helm ## Lint and render the Helm chart, compare it with conf
 bench: envtest ## Run the micro and macro benchmarks and record them in BENCHMARKS.md.
 	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=$(BENCH_OBJECTS) BENCH_AUDIT_POLICIES="$(BENCH_AUDIT_POLICIES)" BENCH_NAMESPACES=$(BENCH_NAMESPACES) BENCH_ETCD_SEED=$(BENCH_ETCD_SEED) hack/bench.sh
 
+# Object counts of make bench-mutate, one run each.
+BENCH_MUTATE_OBJECTS ?= 10000 100000
+
+.PHONY: bench-mutate
+bench-mutate: envtest ## Measure MutatingAdmissionPolicy pairs beside ValidatingAdmissionPolicy pairs in memory (BENCH_MUTATE_OBJECTS) and record them in BENCHMARKS.md.
+	for n in $(BENCH_MUTATE_OBJECTS); do \
+		go run ./test/bench/macro -mutate -objects $$n -out test/bench/results/mutate-$$n.md || exit 1; \
+	done
+	KUBEBUILDER_ASSETS="$$(hack/setup-envtest.sh)" BENCH_OBJECTS=none BENCH_MICRO=0 hack/bench.sh
+
 ##@ Build
 
 .PHONY: build

@@ -6,6 +6,7 @@
 #          separate process, for each object count
 #
 # Usage: make bench [BENCH_OBJECTS=10000|100000|500000|all] [BENCH_AUDIT_POLICIES="0 10"]   (make sets KUBEBUILDER_ASSETS)
+#        make bench-mutate [BENCH_MUTATE_OBJECTS="10000 100000"]   (in memory; then rebuilds BENCHMARKS.md from the results)
 # Env:   BENCH_OBJECTS  objects of the macro run (default 10000; "all" runs 10000 and 100000; "none" runs no
 #                       macro benchmark and only rebuilds BENCHMARKS.md from the recorded results)
 #        BENCH_AUDIT_POLICIES  AuditPolicies (in Audit) the macro run creates beside the ValidatingAdmissionPolicies
@@ -151,6 +152,21 @@ MD
   if [[ -f "$results/whatif.md" ]]; then
     echo
     cat "$results/whatif.md"
+  fi
+  # MutatingAdmissionPolicies beside ValidatingAdmissionPolicies, in memory: make bench-mutate (go run
+  # ./test/bench/macro -mutate) writes mutate-<N>.md; mutate.md, the introduction and analysis, is written by hand.
+  mutate_runs=$(ls "$results" | sed -n 's/^mutate-\([0-9]*\)\.md$/\1/p' | sort -n)
+  if [[ -n "$mutate_runs" ]]; then
+    echo
+    echo "### MutatingAdmissionPolicies beside VAPs at 10,000 and 100,000 objects"
+    if [[ -f "$results/mutate.md" ]]; then
+      echo
+      cat "$results/mutate.md"
+    fi
+    for n in $mutate_runs; do
+      echo
+      cat "$results/mutate-$n.md"
+    done
   fi
   if [[ -f test/bench/analysis.md ]]; then
     echo

@@ -175,6 +175,9 @@ func (e *evaluation) matchAttributes(op admission.Operation) admission.Attribute
 
 // attributes describes the request as the API server's admission sees it: a built-in object in its internal
 // version (the dispatcher converts it to the version each policy matches), a custom resource as it is.
+//
+// On an UPDATE, oldObject is a deep copy of the admitted object rather than a second conversion of the stored
+// one: the content is the same, and copying a typed object costs a fraction of converting it again.
 func (e *evaluation) attributes(op admission.Operation) (admission.Attributes, error) {
 	object, err := e.admitted()
 	if err != nil {
@@ -182,9 +185,7 @@ func (e *evaluation) attributes(op admission.Operation) (admission.Attributes, e
 	}
 	var old runtime.Object
 	if op == admission.Update {
-		if old, err = e.admitted(); err != nil {
-			return nil, err
-		}
+		old = object.DeepCopyObject()
 	}
 	return admission.NewAttributesRecord(object, old, e.gvk, e.stored.GetNamespace(), e.stored.GetName(), e.gvr, "",
 		op, operationOptions(op), false, &user.DefaultInfo{}), nil

@@ -161,6 +161,35 @@ spec:
 			want: want{operation: admission.Update, verdicts: []string{"p=warn"},
 				patch: `[{"op":"add","path":"/spec/template/spec/containers/1","value":{"image":"busybox:1.36","imagePullPolicy":"IfNotPresent","name":"log","resources":{},"terminationMessagePath":"/dev/termination-log","terminationMessagePolicy":"File"}}]`},
 		},
+		{
+			// A built-in object is admitted once in its internal version and copied for oldObject: a policy
+			// reading oldObject after another changed the object still sees the stored object.
+			name: "update sees the stored object as oldObject",
+			obj: defaulted(t, `
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: d, namespace: default}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: d}}
+  template:
+    metadata: {labels: {app: d}}
+    spec:
+      containers: [{name: app, image: "nginx:1.25"}]
+`),
+			docs: []string{
+				policy("a-image", "apps/deployments", "UPDATE", "",
+					jsonPatch(`[JSONPatch{op: "replace", path: "/spec/template/spec/containers/0/image", value: "nginx:1.26"}, JSONPatch{op: "replace", path: "/spec/replicas", value: 3}]`)),
+				binding("a-image"),
+				policy("b-old", "apps/deployments", "UPDATE", "",
+					jsonPatch(`[JSONPatch{op: "add", path: "/metadata/annotations", value: {"old-image": string(oldObject.spec.template.spec.containers[0].image), "old-replicas": string(oldObject.spec.replicas)}}]`)),
+				binding("b-old"),
+			},
+			want: want{operation: admission.Update, verdicts: []string{"a-image=warn", "b-old=warn"},
+				patch: `[{"op":"add","path":"/metadata/annotations","value":{"old-image":"nginx:1.25","old-replicas":"2"}},` +
+					`{"op":"replace","path":"/spec/replicas","value":3},` +
+					`{"op":"replace","path":"/spec/template/spec/containers/0/image","value":"nginx:1.26"}]`},
+		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			obj := object(t, tc.obj)

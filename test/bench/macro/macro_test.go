@@ -208,3 +208,57 @@ func TestAuditPolicyObjects(t *testing.T) {
 		t.Errorf("%d AuditPolicies with params, %d with a namespace selector; want 3 and 7", withParams, withNSSelector)
 	}
 }
+
+// TestMutateRun runs the -mutate measurement on 300 objects in 10 namespaces and checks which pairs it
+// measured, counted by hand from the construction: 90 widgets, 60 gadgets, 90 ConfigMaps and 60 Deployments
+// (i%10); in shape are the objects of i/30 even, half of each kind; the ConfigMaps of i/20%5 == 4 (18 of them,
+// 9 in shape) opt out of bench-mut-cm-max.
+func TestMutateRun(t *testing.T) {
+	r, err := runMutate(t.Context(), 300, 10, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		key   groupKey
+		pairs int
+	}{
+		{groupKey{"bench-mut-team-label", widget, stateDrift}, 45},
+		{groupKey{"bench-mut-team-label", widget, statePass}, 45},
+		{groupKey{"bench-mut-team-label", gadget, stateDrift}, 30},
+		{groupKey{"bench-mut-team-label", configMap, statePass}, 45},
+		{groupKey{"bench-mut-team-label", deployment, stateDrift}, 30},
+		{groupKey{"bench-mut-deploy-hardening", deployment, statePass}, 30},
+		{groupKey{"bench-mut-cm-max", configMap, stateDrift}, 36},
+		{groupKey{"bench-mut-cm-max", configMap, statePass}, 36},
+		{groupKey{"bench-mut-cm-max", configMap, stateExcluded}, 18},
+		{groupKey{"bench-mut-widget-limits", widget, stateDrift}, 45},
+	} {
+		if got := r.mapGroups[c.key].pairs; got != c.pairs {
+			t.Errorf("%+v: %d pairs, want %d", c.key, got, c.pairs)
+		}
+	}
+	// All four in one Set: results per kind and state (an excluded ConfigMap gets none from cm-max).
+	for _, c := range []struct {
+		key   groupKey
+		pairs int
+	}{
+		{groupKey{"", widget, stateDrift}, 90},         // team-label, widget-limits
+		{groupKey{"", gadget, statePass}, 30},          // team-label
+		{groupKey{"", configMap, stateDrift}, 45 + 36}, // team-label, cm-max unless opted out
+		{groupKey{"", deployment, statePass}, 60},      // team-label, deploy-hardening
+	} {
+		if got := r.mapSet[c.key].pairs; got != c.pairs {
+			t.Errorf("one Set %+v: %d pairs, want %d", c.key, got, c.pairs)
+		}
+	}
+	// ValidatingAdmissionPolicy results: widget-color and all-labels on widgets; gadget-owner and all-labels on
+	// gadgets; cm-owner, cm-size, cm-keys, cm-name and all-labels on ConfigMaps; on Deployments deploy-replicas
+	// (prod namespaces: i%10 == 8), deploy-replicas-param, deploy-labels, deploy-image, deploy-ns and all-labels.
+	vapPairs := 0
+	for _, m := range r.vapGroups {
+		vapPairs += m.pairs
+	}
+	if want := 90*2 + 60*2 + 90*5 + 30*6 + 30*5; vapPairs != want {
+		t.Errorf("%d ValidatingAdmissionPolicy pairs, want %d", vapPairs, want)
+	}
+}

@@ -7,6 +7,7 @@
 //	go run ./test/bench/macro -objects 10000 -out bench-10000.md -json bench-10000.json
 //	go run ./test/bench/macro -goals bench-10000.json,bench-100000.json -out goals.md
 //	go run ./test/bench/macro -micro micro.txt -out micro.md
+//	go run ./test/bench/macro -mutate -objects 10000 -out mutate-10000.md
 package main
 
 import (
@@ -54,6 +55,9 @@ type config struct {
 	replicas        string
 	gates           string
 	apiFeatureGates string
+	// mutate selects the in-memory MutatingAdmissionPolicy run; cpuProfile is its CPU profile.
+	mutate     bool
+	cpuProfile string
 }
 
 func main() {
@@ -70,6 +74,8 @@ func main() {
 		err = writeGoals(c)
 	case c.micro != "":
 		err = writeMicro(c)
+	case c.mutate:
+		err = measureMutate(c)
 	case c.replicas != "":
 		err = measureReplicas(c)
 	case c.seedOnly:
@@ -111,6 +117,8 @@ func parseFlags() config {
 	flag.StringVar(&c.replicas, "replicas", "", "Instead of the one-replica run: comma-separated operator process counts (the first 1), each run over the same objects with static --shard-index/--shard-count, e.g. 1,2,3.")
 	flag.StringVar(&c.gates, "gates", "on,off", "With -replicas: the API server's ShardedListAndWatch settings to run the counts under, on and/or off.")
 	flag.StringVar(&c.micro, "micro", "", "Instead of measuring: a 'go test -bench' output file to turn into the micro benchmark table.")
+	flag.BoolVar(&c.mutate, "mutate", false, "Instead of measuring on a control plane: evaluate -objects objects built in memory against MutatingAdmissionPolicies (internal/mutate) and the run's ValidatingAdmissionPolicies (internal/engine), and write the cost per (policy, object) pair.")
+	flag.StringVar(&c.cpuProfile, "cpuprofile", "", "With -mutate: write the CPU profile of the MutatingAdmissionPolicy evaluations here.")
 	flag.Parse()
 	return c
 }
