@@ -60,8 +60,16 @@ func setupShards(mgr ctrl.Manager, s settings, r *auditPolicyReconciler) error {
 	if err := mgr.Add(janitor); err != nil {
 		return fmt.Errorf("adding the removal of gone members' AuditShards: %w", err)
 	}
-	if err := mgr.Add(manager.RunnableFunc(func(context.Context) error {
-		r.discoveryChanged()
+	if err := mgr.Add(manager.RunnableFunc(func(ctx context.Context) error {
+		// The manager starts its leader election runnables before it closes Elected: a reconcile enqueued
+		// right away could still find this member not leading, only publish its share and write no status,
+		// and nothing would enqueue the AuditPolicy again (the AuditShards it saw change as a member, whose
+		// events it dropped, do not change again).
+		select {
+		case <-mgr.Elected():
+			r.discoveryChanged()
+		case <-ctx.Done():
+		}
 		return nil
 	})); err != nil {
 		return fmt.Errorf("adding the leader's first rollup: %w", err)

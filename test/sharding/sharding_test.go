@@ -113,6 +113,17 @@ func runScenario(t *testing.T, serverSide bool) {
 	c.create(t, configMap(ns, "late", nil))
 	c.start(t, victim)
 	c.waitResult(t, ns, "late", v1alpha2.StatusWarn) // an Audit binding warns
+	// The AuditPolicy counts one more ConfigMap and one more violation, which puts its namespace first.
+	late := ref
+	late.Matched, late.Violations, late.Top = ref.Matched+1, ref.Violations+1, topOf(c.namespaces, map[string]int64{ns: 2})
+	if ref.Warn > 0 {
+		late.Warn++
+	} else {
+		late.Fail++
+	}
+	// New counts, which only a complete rollup of the members at the current epoch writes; no new generation:
+	// the leader that took over from the killed one must write the counts it adds up.
+	c.waitLateStatus(t, late)
 
 	for i := range 4 {
 		c.stop(t, i)
@@ -639,7 +650,40 @@ func (c *cluster) waitPolicyStatus(t *testing.T, want policyStatus) {
 	})
 }
 
-// waitLateStatus waits until the AuditPolicy's status is want.
+// waitLateStatus waits until the AuditPolicy's status is want. On failure it logs the AuditShards the
+// leader adds up.
+func (c *cluster) waitLateStatus(t *testing.T, want policyStatus) {
+	t.Helper()
+	defer func() {
+		if t.Failed() {
+			c.logShards(t)
+		}
+	}()
+	envtestutil.Eventually(t, 2*time.Minute, func() error {
+		ap, err := c.policy()
+		if err != nil {
+			return err
+		}
+		if got := statusOf(ap); !got.equal(want) {
+			return fmt.Errorf("AuditPolicy %s status\n got %+v\nwant %+v", auditPolicy, got, want)
+		}
+		return nil
+	})
+}
+
+// logShards logs the status of every AuditShard.
+func (c *cluster) logShards(t *testing.T) {
+	t.Helper()
+	list := &auditv1alpha1.AuditShardList{}
+	if err := c.env.Client.List(context.Background(), list, client.InNamespace(c.id.Namespace)); err != nil {
+		t.Logf("listing AuditShards: %v", err)
+		return
+	}
+	for _, as := range list.Items {
+		t.Logf("AuditShard %s (resourceVersion %s): %+v", as.Name, as.ResourceVersion, as.Status)
+	}
+}
+
 // waitLeader waits until a live member leads: the leader election Lease has a holder that renewed it within
 // the last second (its renewals are 500 ms apart; a member killed stops renewing).
 func (c *cluster) waitLeader(t *testing.T) {
