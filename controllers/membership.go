@@ -171,7 +171,7 @@ func (m *statefulSetMembership) read(ctx context.Context, r client.Reader) error
 	l := m.layoutOf(set)
 	if before, known := m.Layouts.Layout(); !known || before != l {
 		ctrl.LoggerFrom(ctx).Info("Shard layout", "layout", l.String(), "ordinal", m.Ordinal,
-			"replicas", l.Count, "epoch", l.Epoch)
+			"replicas", l.Count, "epoch", l.Epoch, "ranges", shard.FormatRanges(l.Ranges()))
 	}
 	m.Layouts.Set(l)
 	return nil
