@@ -242,7 +242,7 @@ func memberWrites() []schema.GroupResource {
 }
 
 // releaseMember releases the scanner once the start-up gate is open and, in a sharded audit, this member's
-// layout is known and owns something: its first LIST already carries its range. Release is idempotent.
+// layout is known and owns something: its first LIST already carries its ranges. Release is idempotent.
 func releaseMember(sc *scan.Scanner, startup *startupGate, members membership) {
 	if !startup.Open() {
 		return
