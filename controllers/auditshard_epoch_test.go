@@ -56,8 +56,8 @@ func TestShardedMemberLeavesLaterEpoch(t *testing.T) {
 	create(t, stored)
 	as := &v1alpha1.AuditShard{ObjectMeta: metav1.ObjectMeta{Namespace: id.Namespace, Name: "shard-0"}}
 	create(t, as)
-	start, end := shard.RangeOf(0, 3).Strings()
-	as.Status = v1alpha1.AuditShardStatus{Index: 0, Count: 3, Epoch: 5, RangeStart: start, RangeEnd: end}
+	as.Status = v1alpha1.AuditShardStatus{Index: 0, Count: 3, Epoch: 5, Stripes: 1,
+		Ranges: []v1alpha1.HashRange{{Start: "0x0000000000000000", End: "0x5555555555555555"}}}
 	if err := env.Client.Status().Update(ctx, as); err != nil {
 		t.Fatal(err)
 	}

@@ -173,8 +173,11 @@ func (p *shardPublisher) publish(ctx context.Context) error {
 
 // status returns the AuditShard status of the member at layout l.
 func (p *shardPublisher) status(l shard.Layout) v1alpha1.AuditShardStatus {
-	start, end := l.Range().Strings()
-	st := v1alpha1.AuditShardStatus{Index: int32(l.Index), Count: int32(l.Count), Epoch: l.Epoch, RangeStart: start, RangeEnd: end}
+	st := v1alpha1.AuditShardStatus{Index: int32(l.Index), Count: int32(l.Count), Epoch: l.Epoch, Stripes: int32(l.RangesPerMember())}
+	for _, r := range l.Ranges() {
+		start, end := r.Strings()
+		st.Ranges = append(st.Ranges, v1alpha1.HashRange{Start: start, End: end})
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	for _, name := range slices.Sorted(maps.Keys(p.policies)) {

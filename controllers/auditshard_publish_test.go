@@ -2,10 +2,12 @@ package controllers
 
 import (
 	"context"
+	"slices"
 	"testing"
 
 	"github.com/go-logr/logr"
 
+	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/results"
 	"github.com/celaudit/celaudit/internal/shard"
 )
@@ -32,7 +34,14 @@ func TestShardPublisherWritesOnChangeOnly(t *testing.T) {
 		t.Fatal("a first complete audit did not wake the publisher")
 	}
 	first := p.status(l)
-	if first.Index != 1 || first.Count != 3 || first.Epoch != 7 || first.RangeStart != "0x5555555555555555" || first.RangeEnd != "0xaaaaaaaaaaaaaaaa" {
+	// Written independently: the ranges 1, 4, 7 and 10 of twelve (j·2^64/12).
+	wantRanges := []v1alpha1.HashRange{
+		{Start: "0x1555555555555555", End: "0x2aaaaaaaaaaaaaaa"},
+		{Start: "0x5555555555555555", End: "0x6aaaaaaaaaaaaaaa"},
+		{Start: "0x9555555555555555", End: "0xaaaaaaaaaaaaaaaa"},
+		{Start: "0xd555555555555555", End: "0xeaaaaaaaaaaaaaaa"},
+	}
+	if first.Index != 1 || first.Count != 3 || first.Epoch != 7 || first.Stripes != 4 || !slices.Equal(first.Ranges, wantRanges) {
 		t.Fatalf("layout in status: %+v", first)
 	}
 	if len(first.Policies) != 1 || first.CompletePolicies != 1 {

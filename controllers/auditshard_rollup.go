@@ -44,11 +44,11 @@ func rollUp(shards []v1alpha1.AuditShard, epoch int64, name string, generation i
 		if st.Epoch != epoch {
 			continue
 		}
-		r, err := shard.ParseRange(st.RangeStart, st.RangeEnd)
-		if err != nil {
+		own, ok := parseRanges(st.Ranges)
+		if !ok {
 			continue
 		}
-		ranges = append(ranges, r)
+		ranges = append(ranges, own...)
 		member := fmt.Sprintf("%d/%d", st.Index, st.Count)
 		members = append(members, member)
 		i := slices.IndexFunc(st.Policies, func(p v1alpha1.AuditShardPolicy) bool { return p.Name == name })
@@ -72,6 +72,24 @@ func rollUp(shards []v1alpha1.AuditShard, epoch int64, name string, generation i
 			strings.Join(behind, ", "), epoch, generation)}
 	}
 	return rollup{summary: sum, complete: true, at: at}
+}
+
+// parseRanges parses a member's published ranges; false when it published none (a member of a version that
+// wrote one contiguous range in rangeStart and rangeEnd) or one does not parse: such a member covers
+// nothing, and the rollup waits for it rather than trust a range it cannot read.
+func parseRanges(published []v1alpha1.HashRange) ([]shard.Range, bool) {
+	if len(published) == 0 {
+		return nil, false
+	}
+	out := make([]shard.Range, 0, len(published))
+	for _, p := range published {
+		r, err := shard.ParseRange(p.Start, p.End)
+		if err != nil {
+			return nil, false
+		}
+		out = append(out, r)
+	}
+	return out, true
 }
 
 func listOrNone(s []string) string {

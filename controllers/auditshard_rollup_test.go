@@ -15,12 +15,20 @@ import (
 
 var rollupT0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 
-// auditShard builds the AuditShard of member index of count at epoch.
+// auditShard builds the AuditShard of member index of count at epoch, with four ranges per member.
 func auditShard(index, count int, epoch int64, policies ...v1alpha1.AuditShardPolicy) v1alpha1.AuditShard {
-	start, end := shard.RangeOf(index, count).Strings()
-	return v1alpha1.AuditShard{Status: v1alpha1.AuditShardStatus{
-		Index: int32(index), Count: int32(count), Epoch: epoch, RangeStart: start, RangeEnd: end, Policies: policies,
-	}}
+	return stripedShard(index, count, 4, epoch, policies...)
+}
+
+// stripedShard builds the AuditShard of member index of count at epoch owning stripes ranges: the ranges j of
+// count·stripes equal ones with j mod count = index.
+func stripedShard(index, count, stripes int, epoch int64, policies ...v1alpha1.AuditShardPolicy) v1alpha1.AuditShard {
+	st := v1alpha1.AuditShardStatus{Index: int32(index), Count: int32(count), Epoch: epoch, Stripes: int32(stripes), Policies: policies}
+	for j := index; j < count*stripes; j += count {
+		start, end := shard.RangeOf(j, count*stripes).Strings()
+		st.Ranges = append(st.Ranges, v1alpha1.HashRange{Start: start, End: end})
+	}
+	return v1alpha1.AuditShard{Status: st}
 }
 
 // shardEntry builds the entry of policy "p" at generation, audited at rollupT0 plus offset seconds, with
@@ -67,6 +75,47 @@ func TestRollUp(t *testing.T) {
 			},
 			want: results.Summary{Matched: 20, Judged: 18, Pass: 10, Skip: 2, Fail: 1, Violating: 1, Namespaces: map[string]int{"a": 1}},
 			at:   rollupT0,
+		},
+		{
+			name: "three members with one contiguous range each",
+			shards: []v1alpha1.AuditShard{
+				stripedShard(0, 3, 1, 4, shardEntry(2, 0)),
+				stripedShard(1, 3, 1, 4, shardEntry(2, 0)),
+				stripedShard(2, 3, 1, 4, shardEntry(2, 0)),
+			},
+			want: results.Summary{Matched: 30, Judged: 27, Pass: 15, Skip: 3},
+			at:   rollupT0,
+		},
+		{
+			name: "a member on one contiguous range among striped ones",
+			shards: []v1alpha1.AuditShard{
+				auditShard(0, 3, 4, shardEntry(2, 0)),
+				stripedShard(1, 3, 1, 4, shardEntry(2, 0)),
+				auditShard(2, 3, 4, shardEntry(2, 0)),
+			},
+			pending: "published (0/3, 1/3, 2/3) do not cover every namespace",
+		},
+		{
+			name: "a member that publishes no ranges (one range in rangeStart and rangeEnd, dropped)",
+			shards: []v1alpha1.AuditShard{
+				auditShard(0, 3, 4, shardEntry(2, 0)),
+				{Status: v1alpha1.AuditShardStatus{Index: 1, Count: 3, Epoch: 4, Policies: []v1alpha1.AuditShardPolicy{shardEntry(2, 0)}}},
+				auditShard(2, 3, 4, shardEntry(2, 0)),
+			},
+			pending: "published (0/3, 2/3) do not cover every namespace",
+		},
+		{
+			name: "a member with a range that does not parse",
+			shards: []v1alpha1.AuditShard{
+				auditShard(0, 3, 4, shardEntry(2, 0)),
+				func() v1alpha1.AuditShard {
+					s := auditShard(1, 3, 4, shardEntry(2, 0))
+					s.Status.Ranges[2].End = "0x1"
+					return s
+				}(),
+				auditShard(2, 3, 4, shardEntry(2, 0)),
+			},
+			pending: "published (0/3, 2/3) do not cover every namespace",
 		},
 		{
 			name: "a member missing",

@@ -171,7 +171,7 @@ func (m *statefulSetMembership) read(ctx context.Context, r client.Reader) error
 	l := m.layoutOf(set)
 	if before, known := m.Layouts.Layout(); !known || before != l {
 		ctrl.LoggerFrom(ctx).Info("Shard layout", "layout", l.String(), "ordinal", m.Ordinal,
-			"replicas", l.Count, "epoch", l.Epoch)
+			"replicas", l.Count, "epoch", l.Epoch, "ranges", shard.FormatRanges(l.Ranges()))
 	}
 	m.Layouts.Set(l)
 	return nil
@@ -242,7 +242,7 @@ func memberWrites() []schema.GroupResource {
 }
 
 // releaseMember releases the scanner once the start-up gate is open and, in a sharded audit, this member's
-// layout is known and owns something: its first LIST already carries its range. Release is idempotent.
+// layout is known and owns something: its first LIST already carries its ranges. Release is idempotent.
 func releaseMember(sc *scan.Scanner, startup *startupGate, members membership) {
 	if !startup.Open() {
 		return

@@ -202,7 +202,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.ExemptResources, "exempt-resources", o.ExemptResources, "Comma-separated group/resource pairs (\"/configmaps\" for the core group, \"example.com/*\" for a whole group) no AuditPolicy's admission policy judges, subresources included, added to the built-in ones.")
 	fs.StringVar(&o.ExemptUsers, "exempt-users", o.ExemptUsers, "Comma-separated usernames whose requests no AuditPolicy's admission policy judges, added to the built-in ones (the control plane's and celaudit's own).")
 	fs.Var(&o.ShardIndex, "shard-index", "Index of this replica among the --shard-count members of a sharded audit (0-based); with --shard-count, for a fixed membership.")
-	fs.Var(&o.ShardCount, "shard-count", "Number of members of a sharded audit; with --shard-index. Each member audits, and writes the reports of, the namespaces whose hash falls in its range.")
+	fs.Var(&o.ShardCount, "shard-count", "Number of members of a sharded audit; with --shard-index. Each member audits, and writes the reports of, the namespaces whose hash falls in its ranges.")
 	fs.StringVar(&o.ShardStatefulSet, "shard-statefulset", o.ShardStatefulSet, "Name of the StatefulSet whose pods are the members of a sharded audit: this pod's ordinal is its index, the StatefulSet's replicas the count; scaling it reshards.")
 	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of this replica's pod, whose ordinal is its index with --shard-statefulset (default $POD_NAME).")
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of this replica's pod and of its StatefulSet (default $POD_NAMESPACE, else the namespace the pod runs in).")

@@ -72,3 +72,13 @@ func Cover(ranges []Range) bool {
 	}
 	return false
 }
+
+// FormatRanges writes ranges as half-open intervals, "[0x…, 0x…) [0x…, 0x…)", for logs.
+func FormatRanges(ranges []Range) string {
+	parts := make([]string, len(ranges))
+	for i, r := range ranges {
+		start, end := r.Strings()
+		parts[i] = "[" + start + ", " + end + ")"
+	}
+	return strings.Join(parts, " ")
+}

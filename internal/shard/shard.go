@@ -3,6 +3,7 @@ package shard
 import (
 	"fmt"
 	"math/bits"
+	"slices"
 	"strconv"
 
 	apisharding "k8s.io/apimachinery/pkg/sharding"
@@ -12,13 +13,29 @@ import (
 // objects), so that each namespace has one member.
 const KeyNamespace = "object.metadata.namespace"
 
-// Layout is one member's place among the members: it owns the Index-th of Count contiguous ranges of the
-// 64-bit hash space. Epoch orders layouts: a membership change (a StatefulSet scaled) raises it, and a
-// report written under a higher epoch is never overwritten from a lower one. The zero Layout is no
-// sharding: one member owns everything.
+// DefaultStripes is how many ranges each member owns when a Layout does not say (Stripes 0).
+//
+// FNV-1a 64, the hash KEP-5866 fixes, mixes a name's last characters into the high bits only weakly: numbered
+// namespaces (bench-000 … bench-999) hash close together, and one contiguous range per member left a member
+// of three with nothing on the benchmark's namespaces. Count·Stripes ranges dealt out round-robin spread
+// such clusters over the members; BENCHMARKS.md ("Shard key: namespace or UID, in numbers") measured 4 as
+// the best of 1, 4 and 8 for 2, 3 and 4 members (max/mean 1.20 each). Names that differ only in their last
+// one or two characters (ns-00 … ns-11) lie closer than any few ranges can separate and stay with one
+// member. Each range is one shardRange(...) of the selector, so more stripes cost no request, only a longer
+// selector.
+const DefaultStripes = 4
+
+// Layout is one member's place among the members: the 64-bit hash space is split into Count·Stripes equal
+// contiguous ranges, and the member owns the ranges j with j mod Count = Index. Epoch orders layouts: a
+// membership change (a StatefulSet scaled) raises it, and a report written under a higher epoch is never
+// overwritten from a lower one. The zero Layout is no sharding: one member owns everything.
 type Layout struct {
 	Index, Count int
-	Epoch        int64
+	// Stripes is the number of ranges each member owns; 0 means DefaultStripes, which every member of a
+	// deployment uses (members that disagree do not cover the space, which the leader's check sees). 1 is one
+	// contiguous range per member.
+	Stripes int
+	Epoch   int64
 	// None is set for a member whose index is outside the count (a StatefulSet's pod being scaled away): it
 	// owns nothing and writes nothing.
 	None bool
@@ -67,16 +84,33 @@ func (r Range) Contains(h uint64) bool {
 	return h >= r.Start && (r.Last || h < r.End)
 }
 
-// Range returns the member's range: the Index-th of Count equal contiguous ranges, the whole space when
-// the layout is not sharded, and an empty range (Start = End = 0) when it owns nothing.
-func (l Layout) Range() Range {
+// Ranges returns the member's ranges in increasing order: the ranges Index, Index+Count, Index+2·Count, …
+// of Count·Stripes equal contiguous ranges; the whole space when the layout is not sharded, and none when it
+// owns nothing.
+func (l Layout) Ranges() []Range {
 	if l.None {
-		return Range{}
+		return nil
 	}
 	if !l.Sharded() {
-		return Range{Last: true}
+		return []Range{{Last: true}}
 	}
-	return RangeOf(l.Index, l.Count)
+	n := l.Count * l.stripes()
+	out := make([]Range, 0, l.stripes())
+	for j := l.Index; j < n; j += l.Count {
+		out = append(out, RangeOf(j, n))
+	}
+	return out
+}
+
+// RangesPerMember returns the number of ranges each member of l's deployment owns: Stripes, or
+// DefaultStripes when it is 0.
+func (l Layout) RangesPerMember() int { return l.stripes() }
+
+func (l Layout) stripes() int {
+	if l.Stripes <= 0 {
+		return DefaultStripes
+	}
+	return l.Stripes
 }
 
 // RangeOf returns the i-th of n equal contiguous ranges of [0, 2^64): [⌊i·2^64/n⌋, ⌊(i+1)·2^64/n⌋).
@@ -107,25 +141,33 @@ func (l Layout) OwnsNamespace(namespace string) bool {
 	if !l.Sharded() {
 		return true
 	}
-	return l.Range().Contains(Hash(namespace))
+	h := Hash(namespace)
+	return slices.ContainsFunc(l.Ranges(), func(r Range) bool { return r.Contains(h) })
 }
 
-// Requirement returns the member's range as a KEP-5866 requirement on the namespace.
-func (l Layout) Requirement() apisharding.ShardRangeRequirement {
-	r := l.Range()
-	end := "0x10000000000000000"
-	if !r.Last {
-		end = fmt.Sprintf("0x%016x", r.End)
+// Requirements returns the member's ranges as KEP-5866 requirements on the namespace, one per range, in
+// increasing order.
+func (l Layout) Requirements() []apisharding.ShardRangeRequirement {
+	ranges := l.Ranges()
+	out := make([]apisharding.ShardRangeRequirement, len(ranges))
+	for i, r := range ranges {
+		start, end := r.Strings()
+		out[i] = apisharding.ShardRangeRequirement{Key: KeyNamespace, Start: start, End: end}
 	}
-	return apisharding.ShardRangeRequirement{Key: KeyNamespace, Start: fmt.Sprintf("0x%016x", r.Start), End: end}
+	return out
 }
 
-// Selector returns the member's range as a shard selector: Everything when the layout is not sharded. A
-// layout that owns nothing has no selector (KEP-5866 ranges are never empty): its member reads nothing. Its
-// String is the shardSelector of a LIST or WATCH; its Matches is the client-side filter.
+// Selector returns the member's ranges as a shard selector, their OR (shardRange(...) || shardRange(...)):
+// Everything when the layout is not sharded. A layout that owns nothing has no selector (KEP-5866 ranges are
+// never empty): its member reads nothing. Its String is the shardSelector of a LIST or WATCH, in the form the
+// API server echoes in a list's metadata.shardInfo; its Matches is the client-side filter.
 func (l Layout) Selector() apisharding.Selector {
-	if !l.Sharded() {
+	switch {
+	case l.None:
+		// An empty range, which matches no object (and which the API server would refuse).
+		return apisharding.NewSelector(apisharding.ShardRangeRequirement{Key: KeyNamespace, Start: "0x0000000000000000", End: "0x0000000000000000"})
+	case !l.Sharded():
 		return apisharding.Everything()
 	}
-	return apisharding.NewSelector(l.Requirement())
+	return apisharding.NewSelector(l.Requirements()...)
 }

@@ -62,9 +62,10 @@ type call struct {
 	Name      string
 	Path      string
 	// ShardSelector is the request's shardSelector parameter; ShardInfo whether a LIST's answer says the API
-	// server applied it (metadata.shardInfo).
+	// server applied it (metadata.shardInfo), and Echoed the selector it says it applied.
 	ShardSelector string
 	ShardInfo     bool
+	Echoed        string
 	// Epoch and Shard are the celaudit.io/shard-epoch and celaudit.io/shard annotations of a report written
 	// (create, update); Epoch is -1 when the report written has none.
 	Epoch int64
@@ -201,7 +202,9 @@ type metadataOf struct {
 		Name            string            `json:"name"`
 		ResourceVersion string            `json:"resourceVersion"`
 		Annotations     map[string]string `json:"annotations"`
-		ShardInfo       *json.RawMessage  `json:"shardInfo"`
+		ShardInfo       *struct {
+			Selector string `json:"selector"`
+		} `json:"shardInfo"`
 	} `json:"metadata"`
 }
 
@@ -283,7 +286,9 @@ func (rec recording) RoundTrip(req *http.Request) (*http.Response, error) {
 			answered.Metadata.ResourceVersion, decoded = lease.ResourceVersion, true
 		}
 		if decoded {
-			c.ShardInfo = answered.Metadata.ShardInfo != nil
+			if info := answered.Metadata.ShardInfo; info != nil {
+				c.ShardInfo, c.Echoed = true, info.Selector
+			}
 			if _, err := fmt.Sscan(answered.Metadata.ResourceVersion, &c.Revision); err != nil && ordered {
 				return nil, fmt.Errorf("the API server answered member %s's write of %s with resourceVersion %q: %w",
 					rec.member.name, c.Path, answered.Metadata.ResourceVersion, err)

@@ -532,6 +532,16 @@ func (c *cluster) assertReadMode(t *testing.T, serverSide bool) {
 				t.Errorf("member %s: LIST %s answered with shardInfo %v, want %v", m.name, l.Path, l.ShardInfo, serverSide)
 				break
 			}
+			// Each member owns four ranges of the hash, one shardRange each, which the API server echoes as
+			// sent: the member then takes the list as filtered (scan's shardPage compares the two strings).
+			if n := strings.Count(l.ShardSelector, "shardRange(object.metadata.namespace, "); n != 4 || strings.Count(l.ShardSelector, " || ") != 3 {
+				t.Errorf("member %s: LIST %s sent shardSelector %q, want four ranges of the namespace hash", m.name, l.Path, l.ShardSelector)
+				break
+			}
+			if serverSide && l.Echoed != l.ShardSelector {
+				t.Errorf("member %s: LIST %s sent shardSelector %q, the API server echoed %q", m.name, l.Path, l.ShardSelector, l.Echoed)
+				break
+			}
 		}
 	}
 }

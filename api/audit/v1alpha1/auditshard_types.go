@@ -8,17 +8,27 @@ import (
 // members and, per AuditPolicy, the counts of its last complete audit of the namespaces it owns. The leader
 // adds up the AuditShards of the current epoch into each AuditPolicy's status.
 type AuditShardStatus struct {
-	// Index is the member's range among Count equal contiguous ranges of the namespace hash (KEP-5866).
+	// Index is the member's place among Count members: it owns the ranges j of the namespace hash
+	// (KEP-5866) with j mod Count = Index.
 	Index int32 `json:"index"`
 	// Count is the number of members of the epoch.
 	Count int32 `json:"count"`
 	// Epoch is the generation of the membership the member belongs to: a reshard raises it, and the
 	// leader only adds up AuditShards of the current one.
 	Epoch int64 `json:"epoch"`
-	// RangeStart and RangeEnd bound the member's half-open range of the FNV-1a 64 hash of
-	// metadata.namespace, in hexadecimal with a 0x prefix; the last range ends at 0x10000000000000000.
-	RangeStart string `json:"rangeStart"`
-	RangeEnd   string `json:"rangeEnd"`
+	// Ranges are the member's half-open ranges of the FNV-1a 64 hash of metadata.namespace, in increasing
+	// order: the hash space is split into Count·Stripes equal ranges dealt out round-robin, so that
+	// namespaces whose names differ only in their last characters (whose hashes lie close together) spread
+	// over the members. The leader adds up a policy only when the ranges of the epoch's members cover the
+	// space exactly once. They replace the rangeStart and rangeEnd of one contiguous range, which celaudit
+	// no longer writes nor reads: a member that still publishes only those is not counted until it is
+	// upgraded.
+	// +listType=atomic
+	// +optional
+	Ranges []HashRange `json:"ranges,omitempty"`
+	// Stripes is the number of ranges each member owns.
+	// +optional
+	Stripes int32 `json:"stripes,omitempty"`
 	// CompletePolicies is the number of AuditPolicies whose current generation the member has completed an
 	// audit of, as far as it knows.
 	// +optional
@@ -28,6 +38,15 @@ type AuditShardStatus struct {
 	// +listMapKey=name
 	// +optional
 	Policies []AuditShardPolicy `json:"policies,omitempty"`
+}
+
+// HashRange is a half-open range [start, end) of the 64-bit namespace hash, as written in a KEP-5866
+// shardRange: 0x and 16 hexadecimal digits, and 0x10000000000000000 for the end of the last range.
+type HashRange struct {
+	// +kubebuilder:validation:Pattern=`^0x[0-9a-f]{16}$`
+	Start string `json:"start"`
+	// +kubebuilder:validation:Pattern=`^0x([0-9a-f]{16}|10000000000000000)$`
+	End string `json:"end"`
 }
 
 // AuditShardPolicy is one member's last complete audit of one AuditPolicy, over the namespaces it owns.
@@ -68,6 +87,7 @@ type AuditShardPolicy struct {
 // +kubebuilder:printcolumn:name="Index",type=integer,JSONPath=`.status.index`
 // +kubebuilder:printcolumn:name="Count",type=integer,JSONPath=`.status.count`
 // +kubebuilder:printcolumn:name="Epoch",type=integer,JSONPath=`.status.epoch`
+// +kubebuilder:printcolumn:name="Stripes",type=integer,JSONPath=`.status.stripes`,description="Ranges of the namespace hash the member owns, dealt out round-robin",priority=1
 // +kubebuilder:printcolumn:name="Complete",type=integer,JSONPath=`.status.completePolicies`,description="AuditPolicies whose current generation the member completed an audit of"
 // +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp"
 

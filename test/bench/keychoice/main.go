@@ -1,6 +1,7 @@
 // Command keychoice counts, for the macro benchmark's workload, how many objects and namespace reports each
-// member of a sharded audit would own with the KEP-5866 hash of the namespace (celaudit's key) and with the
-// hash of the UID, for 2, 3 and 4 members, and prints a markdown table with the imbalance (max/mean).
+// member of a sharded audit would own with the KEP-5866 hash of the namespace (celaudit's key, split by
+// shard.Layout as celaudit splits it) and with the hash of the UID, for 2, 3 and 4 members, and prints a
+// markdown table with the imbalance (max/mean).
 //
 //	go run ./test/bench/keychoice -objects 1000000 -namespaces 1000 -skew 0.3
 //
@@ -16,6 +17,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/celaudit/celaudit/internal/shard"
@@ -26,7 +28,7 @@ func main() {
 	namespaces := flag.Int("namespaces", 1000, "Namespaces the objects are spread over.")
 	skews := flag.String("skew", "0,0.3", "Comma-separated fractions of the objects in one giant namespace (0: none).")
 	members := flag.String("members", "2,3,4", "Comma-separated member counts.")
-	stripes := flag.Int("stripes", 1, "Ranges per member for the namespace key: member i of m owns the ranges j of m·stripes with j mod m = i (1: one contiguous range each, as shard.Layout does).")
+	stripes := flag.Int("stripes", 0, "Ranges per member for the namespace key (shard.Layout's Stripes): member i of m owns the ranges j of m·stripes with j mod m = i; 0 is celaudit's default (shard.DefaultStripes), 1 one contiguous range each.")
 	names := flag.String("names", "bench", "Namespace names: bench (the benchmark's bench-NNN) or random (ns- and 8 random hex digits).")
 	flag.Parse()
 	var ms []int
@@ -113,21 +115,26 @@ func uuid(rng *rand.Rand) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
 
-// row prints the namespace-key and UID-key rows of m members, the namespace key split into stripes ranges
-// per member.
+// row prints the namespace-key and UID-key rows of m members. The namespace key is split as celaudit
+// splits it (shard.Layout, with stripes ranges per member); the UID key, which celaudit does not use, into
+// one contiguous range per member.
 func (w workload) row(out io.Writer, m, stripes int) {
 	byNS, nsCount, byUID := make([]int, m), make([]int, m), make([]int, m)
+	layouts := make([]shard.Layout, m)
+	for i := range layouts {
+		layouts[i] = shard.Layout{Index: i, Count: m, Stripes: stripes}
+	}
 	for ns, n := range w.perNamespace {
-		i := owner(shard.Hash(ns), m*stripes) % m
+		i := slices.IndexFunc(layouts, func(l shard.Layout) bool { return l.OwnsNamespace(ns) })
 		byNS[i] += n
 		nsCount[i]++
 	}
 	for _, h := range w.uidHashes {
 		byUID[owner(h, m)]++
 	}
-	key := "namespace"
-	if stripes > 1 {
-		key = fmt.Sprintf("namespace, %d ranges per member", stripes)
+	key := fmt.Sprintf("namespace, %d ranges per member", layouts[0].RangesPerMember())
+	if layouts[0].RangesPerMember() == 1 {
+		key = "namespace, one contiguous range per member"
 	}
 	fmt.Fprintf(out, "| %s | %s | %d | %s | %.2f | %s |\n", w.name, key, m, ints(byNS), imbalance(byNS), ints(nsCount))
 	// By UID every member holds results of every namespace that has at least m objects.
