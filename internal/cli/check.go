@@ -24,6 +24,8 @@ type checkOptions struct {
 	files   []string
 	rules   []string
 	cluster bool
+	// mutate prints the manifests as the MutatingAdmissionPolicies would leave them.
+	mutate  bool
 	workers int
 	output  *outputOptions
 	flags   *genericclioptions.ConfigFlags
@@ -80,7 +82,13 @@ results with --fail-on warn); 2 bad arguments or input files; 3 the cluster coul
 	// A local flag of the same name shadows the persistent --cluster of kubectl's connection flags for this
 	// command only: `check --cluster` reads the rules of the current context's cluster.
 	fs.BoolVar(&o.cluster, "cluster", false, "Read the rules from the cluster of the current (or --context) kubeconfig context instead of files.")
+	fs.BoolVar(&o.mutate, "mutate", false, "Print the manifests of -f as the MutatingAdmissionPolicies would leave them (with -o yaml, the default then), and the results table to standard error.")
 	o.output.AddFlags(fs)
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
+		if o.mutate && !cmd.Flags().Changed("output") {
+			o.output.Output = OutputYAML
+		}
+	}
 	return cmd
 }
 
@@ -93,6 +101,9 @@ func (o *checkOptions) validate() error {
 	}
 	if slices.Contains(o.files, manifests.Stdin) && slices.Contains(o.rules, manifests.Stdin) {
 		return BadInput("standard input (-) can be read once: give it to -f or to --rules, not both")
+	}
+	if o.mutate && o.output.Output != OutputYAML {
+		return BadInput("--mutate prints YAML manifests: it does not go with -o %s", o.output.Output)
 	}
 	if o.cluster && len(o.rules) > 0 {
 		return BadInput("--rules and --cluster exclude each other: the rules come from files or from the cluster")
@@ -131,12 +142,18 @@ func (o *checkOptions) run(ctx context.Context) error {
 		workers:   o.workers,
 		namespace: o.defaultNamespace(),
 		list:      verdicts,
+		mutations: o.mutate,
 	})
 	if err != nil {
 		return err
 	}
 
-	if err := o.print(o.streams.Out, rs, tally, verdicts); err != nil {
+	if o.mutate {
+		err = o.printMutated(in, rs, tally, verdicts)
+	} else {
+		err = o.print(o.streams.Out, rs, tally, verdicts)
+	}
+	if err != nil {
 		return err
 	}
 	for _, note := range missingParamNotes(in, tally) {

@@ -43,6 +43,8 @@ var (
 	vapsGVR                 = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
 	vapBindingsGVR          = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
 	crdsGVR                 = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+	mapsGVR                 = admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingadmissionpolicies")
+	mapBindingsGVR          = admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingadmissionpolicybindings")
 )
 
 // summaryPageSize is the limit of each LIST summary makes: reports are up to 1 MB each.
@@ -64,6 +66,9 @@ type PolicySummary struct {
 	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why.
 	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce"`
 	SafeToEnforceReason string                 `json:"safeToEnforceReason,omitempty"`
+	// Drifted counts, for a MutatingAdmissionPolicy, the stored objects it would change on their next write:
+	// its warn results (one per object). Nil for other policies.
+	Drifted *int64 `json:"drifted,omitempty"`
 }
 
 // SafetyPassesNotListed is the reason of a policy whose safety summary cannot tell: the reports only count
@@ -233,7 +238,35 @@ func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace 
 		}
 		return nil
 	})
+	if err != nil {
+		return in, err
+	}
+	boundMAPs, err := boundMAPs(ctx, client)
+	in.policies = append(in.policies, boundMAPs...)
 	return in, err
+}
+
+// boundMAPs returns the MutatingAdmissionPolicies that some binding binds: those celaudit audits, listed even
+// when no report lists a result of theirs.
+func boundMAPs(ctx context.Context, client dynamic.Interface) ([]audit.PolicyKey, error) {
+	bound := map[string]bool{}
+	err := listAll(ctx, client, mapBindingsGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "policyName"); name != "" {
+			bound[name] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []audit.PolicyKey
+	err = listAll(ctx, client, mapsGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
+		if bound[u.GetName()] {
+			out = append(out, audit.MAPKey(u.GetName()))
+		}
+		return nil
+	})
+	return out, err
 }
 
 // readReports reads celaudit's reports of namespace ("" for every namespace and the cluster-scoped reports)
@@ -331,6 +364,10 @@ func summarize(in summaryInputs) SummaryList {
 			safety.Reason = SafetyPassesNotListed
 		}
 		s.SafeToEnforce, s.SafeToEnforceReason = safety.Status, safety.Reason
+		if k.Source == audit.SourceMAP {
+			drifted := s.Warn
+			s.Drifted = &drifted
+		}
 		out.Policies = append(out.Policies, s)
 	}
 	for _, ap := range aps {
@@ -445,7 +482,7 @@ func printJSON(w io.Writer, v any) error {
 
 func printSummaryTable(w io.Writer, list SummaryList) error {
 	tw := printers.GetNewTabWriter(w)
-	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tSAFE TO ENFORCE\tREASON")
+	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tDRIFTED\tSAFE TO ENFORCE\tREASON")
 	opt := func(n *int64) string {
 		if n == nil {
 			return "-"
@@ -453,8 +490,8 @@ func printSummaryTable(w io.Writer, list SummaryList) error {
 		return strconv.FormatInt(*n, 10)
 	}
 	for _, s := range list.Policies {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
-			s.Fail, s.Warn, s.Error, s.Skip, s.SafeToEnforce, s.SafeToEnforceReason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
+			s.Fail, s.Warn, s.Error, s.Skip, opt(s.Drifted), s.SafeToEnforce, s.SafeToEnforceReason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/whatif"
 )
@@ -30,6 +31,8 @@ type whatifOptions struct {
 	Actions   []string
 	ChunkSize int64
 	Workers   int
+	// Diff prints a unified diff per object the proposed MutatingAdmissionPolicies would change.
+	Diff bool
 
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
@@ -81,6 +84,7 @@ or newly warn), 2 bad arguments or invalid files, 3 the cluster could not be rea
 	fs.StringSliceVar(&o.Actions, "actions", nil, "The validationActions of --binding: Deny, Warn, Audit, comma-separated.")
 	fs.Int64Var(&o.ChunkSize, "chunk-size", o.ChunkSize, "Objects read per LIST request.")
 	fs.IntVar(&o.Workers, "workers", 0, "Objects evaluated concurrently (default: the number of CPUs).")
+	fs.BoolVar(&o.Diff, "diff", false, "Print, as kubectl diff does, a unified diff per stored object that the proposed MutatingAdmissionPolicies would change, instead of the table.")
 	o.AddFlags(fs)
 	return cmd
 }
@@ -98,6 +102,9 @@ func (o *whatifOptions) validate() (*whatif.Switch, error) {
 	}
 	if o.Workers < 0 {
 		return nil, BadInput("--workers %d: want a positive number", o.Workers)
+	}
+	if o.Diff && o.Output != OutputTable {
+		return nil, BadInput("--diff prints diffs: it does not go with -o %s", o.Output)
 	}
 	if (o.Binding == "") != (len(o.Actions) == 0) {
 		return nil, BadInput("--binding and --actions go together")
@@ -148,7 +155,7 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 		return err
 	}
 	outcome, err := whatif.Run(ctx, cluster.lister, cluster.servesResource, pairs, whatif.Options{
-		Workers: o.Workers, PageSize: o.ChunkSize, List: list,
+		Workers: o.Workers, PageSize: o.ChunkSize, List: list, Mutations: o.Diff,
 	})
 	if err != nil {
 		var readErr *whatif.ReadError
@@ -194,7 +201,9 @@ func planWhatif(ctx context.Context, cluster *whatifCluster, objs []manifests.Ob
 	if err != nil {
 		return nil, err
 	}
-	pairs, err := whatif.Plan(engine.Compiler{Exemptions: exemptions}, live, proposal, sw)
+	// Patches are printed whole: the output is not a report of bounded size.
+	compiler := engine.Compiler{Exemptions: exemptions, MAPDefaults: mutate.Defaults{FullPatch: true}}
+	pairs, err := whatif.Plan(compiler, live, proposal, sw)
 	if err != nil {
 		return nil, whatifInputError(err)
 	}
@@ -205,9 +214,16 @@ func planWhatif(ctx context.Context, cluster *whatifCluster, objs []manifests.Ob
 // Violations when the proposal would reject (or, with --fail-on warn, warn about) what it did not before.
 func (o *whatifOptions) print(outcome *whatif.Outcome, list []audit.Verdict) error {
 	var err error
-	if o.Output == OutputTable {
+	switch {
+	case o.Diff:
+		for _, m := range outcome.Mutations() {
+			if err = printMutationDiff(o.streams.Out, m.Object, m.Patch); err != nil {
+				break
+			}
+		}
+	case o.Output == OutputTable:
 		err = printWhatifTable(o.streams.Out, outcome)
-	} else {
+	default:
 		reports := outcome.Reports(o.now(), report.Options{ListVerdicts: list})
 		err = PrintList(o.streams.Out, o.Output, ReportList(reports))
 	}
@@ -242,7 +258,7 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 	for _, s := range outcome.Summaries() {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", s.Key, s.Matched, s.New, s.Fixed, s.Unchanged)
 	}
-	rows := outcome.Rows()
+	rows, mutations := splitMutationRows(outcome.Rows())
 	// A CRD whose rows are in several versions (one the proposal adds, say) names the version of each.
 	versions := map[audit.PolicyKey]map[string]bool{}
 	for _, r := range rows {
@@ -274,7 +290,40 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 				res.Resource.Kind, res.Resource.Name, message)
 		}
 	}
+	if len(mutations) > 0 {
+		fmt.Fprintln(w)
+		fmt.Fprintln(w, "WHATIF\tRESULT\tPOLICY\tNAMESPACE\tOBJECT\tOPERATION\tFIELDS")
+		for _, r := range mutations {
+			res := r.Result
+			namespace := res.Resource.Namespace
+			if namespace == "" {
+				namespace = "-"
+			}
+			fields := strings.ReplaceAll(res.Properties[mutate.PropFields], ",", ", ")
+			switch {
+			case res.Verdict == audit.Error:
+				fields = "error: " + whatifOneLine(res.Message)
+			case fields == "":
+				fields = "-"
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", r.Whatif, res.Verdict, r.Key, namespace,
+				res.Resource.Kind, res.Resource.Name, res.Properties[audit.PropOperation], fields)
+		}
+	}
 	return w.Flush()
+}
+
+// splitMutationRows separates the rows of MutatingAdmissionPolicies, which say what would change rather than
+// what would be rejected, from the others.
+func splitMutationRows(rows []whatif.Row) (others, mutations []whatif.Row) {
+	for _, r := range rows {
+		if r.Key.Source == audit.SourceMAP {
+			mutations = append(mutations, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return others, mutations
 }
 
 // whatifOneLine keeps a message on its table row and in its column.

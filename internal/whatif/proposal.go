@@ -24,6 +24,9 @@ type Proposal struct {
 	VAPs          []*admissionregistrationv1.ValidatingAdmissionPolicy
 	Bindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	AuditPolicies []*v1alpha1.AuditPolicy
+	// MAPs and MAPBindings are the proposed MutatingAdmissionPolicies and their bindings.
+	MAPs        []*admissionregistrationv1.MutatingAdmissionPolicy
+	MAPBindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
 	// Objects are the other proposed objects: param objects and namespaces, which the proposed and live
 	// policies read instead of the live ones of the same kind and name.
 	Objects []*unstructured.Unstructured
@@ -114,6 +117,16 @@ func (p *Proposal) add(obj *unstructured.Unstructured, served func(schema.GroupV
 		ap := &v1alpha1.AuditPolicy{}
 		if err = decodeStrict(obj, gvk, v1alpha1.GroupVersion, ap); err == nil {
 			p.AuditPolicies = append(p.AuditPolicies, ap)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy").GroupKind():
+		m := &admissionregistrationv1.MutatingAdmissionPolicy{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, m); err == nil {
+			p.MAPs = append(p.MAPs, m)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicyBinding").GroupKind():
+		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, b); err == nil {
+			p.MAPBindings = append(p.MAPBindings, b)
 		}
 	case served(gvk) || proposedKinds[gvk]:
 		p.Objects = append(p.Objects, obj)
