@@ -132,13 +132,9 @@ func printMutationDiff(w io.Writer, stored *unstructured.Unstructured, patch []m
 	if isSecretObject(stored) {
 		patch = markReplacedSecretValues(patch)
 	}
-	after, err := applyPatch(stored.Object, patch)
+	before, after, err := mutatedObject(stored, patch)
 	if err != nil {
-		return fmt.Errorf("%s: %w", diffName(stored), err)
-	}
-	before := runtime.DeepCopyJSON(stored.Object)
-	for _, content := range []map[string]any{before, after} {
-		unstructured.RemoveNestedField(content, "metadata", "managedFields")
+		return err
 	}
 	a, err := yaml.Marshal(before)
 	if err != nil {
@@ -161,6 +157,19 @@ func printMutationDiff(w io.Writer, stored *unstructured.Unstructured, patch []m
 	}
 	_, err = fmt.Fprintf(w, "diff -u -N LIVE/%s MERGED/%s\n%s", name, name, text)
 	return err
+}
+
+// mutatedObject returns the stored object and the object patch leaves of it, both without managedFields.
+func mutatedObject(stored *unstructured.Unstructured, patch []mutate.Operation) (before, after map[string]any, err error) {
+	after, err = applyPatch(stored.Object, patch)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", diffName(stored), err)
+	}
+	before = runtime.DeepCopyJSON(stored.Object)
+	for _, content := range []map[string]any{before, after} {
+		unstructured.RemoveNestedField(content, "metadata", "managedFields")
+	}
+	return before, after, nil
 }
 
 func isSecretObject(obj *unstructured.Unstructured) bool {

@@ -133,26 +133,34 @@ func (o *whatifOptions) validate() (*whatif.Switch, error) {
 }
 
 func (o *whatifOptions) run(cmd *cobra.Command) error {
-	sw, err := o.validate()
+	outcome, list, err := o.evaluate(cmd.Context())
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
+	return o.print(outcome, list)
+}
+
+// evaluate runs the what-if: it returns the outcome and the verdicts to list.
+func (o *whatifOptions) evaluate(ctx context.Context) (*whatif.Outcome, []audit.Verdict, error) {
+	sw, err := o.validate()
+	if err != nil {
+		return nil, nil, err
+	}
 	objs, err := o.readProposal()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	cluster, err := connectWhatif(ctx, o.flags)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	pairs, err := planWhatif(ctx, cluster, objs, sw)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	list, err := o.ListVerdicts()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	outcome, err := whatif.Run(ctx, cluster.lister, cluster.servesResource, pairs, whatif.Options{
 		Workers: o.Workers, PageSize: o.ChunkSize, List: list, Mutations: o.Diff,
@@ -160,11 +168,11 @@ func (o *whatifOptions) run(cmd *cobra.Command) error {
 	if err != nil {
 		var readErr *whatif.ReadError
 		if errors.As(err, &readErr) {
-			return ClusterError("%w", err)
+			return nil, nil, ClusterError("%w", err)
 		}
-		return err
+		return nil, nil, err
 	}
-	return o.print(outcome, list)
+	return outcome, list, nil
 }
 
 // readProposal reads the objects of the files given with -f; none without -f.
