@@ -344,7 +344,11 @@ func missingParamNotes(in *checkInputs, t *tally) []string {
 	})
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		note := fmt.Sprintf("binding %s of %s found no params for %d objects in namespace %s", k.binding, k.policy, t.missingParams[k], k.namespace)
+		binding := "binding " + k.binding
+		if k.binding == "" {
+			binding = "a binding" // the results of a MutatingAdmissionPolicy name it in their message
+		}
+		note := fmt.Sprintf("%s of %s found no params for %d objects in namespace %s", binding, k.policy, t.missingParams[k], k.namespace)
 		if ref, ok := refs[k.binding]; ok && k.policy.Source == audit.SourceVAP {
 			ns := ref.Namespace
 			if ns == "" {
