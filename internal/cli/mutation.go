@@ -146,7 +146,8 @@ func printMutationDiff(w io.Writer, stored *unstructured.Unstructured, patch []m
 	}
 	name := diffName(stored)
 	text, err := difflib.GetUnifiedDiffString(difflib.UnifiedDiff{
-		A: difflib.SplitLines(string(a)), B: difflib.SplitLines(string(b)),
+		// SplitLines would add an empty last line to text that ends with a line break.
+		A: difflib.SplitLines(strings.TrimSuffix(string(a), "\n")), B: difflib.SplitLines(strings.TrimSuffix(string(b), "\n")),
 		FromFile: "LIVE/" + name, ToFile: "MERGED/" + name, Context: 3,
 	})
 	if err != nil {
