@@ -57,63 +57,74 @@ func applyAt(node any, segs []string, op mutate.Operation) (any, error) {
 		}
 		return runtime.DeepCopyJSONValue(op.Value), nil
 	}
-	seg, rest := segs[0], segs[1:]
 	switch n := node.(type) {
 	case map[string]any:
-		child, ok := n[seg]
-		if len(rest) == 0 {
-			if op.Op == patchRemove {
-				delete(n, seg)
-			} else {
-				n[seg] = runtime.DeepCopyJSONValue(op.Value)
-			}
-			return n, nil
-		}
-		if !ok {
-			if op.Op == patchRemove {
-				return n, nil
-			}
-			child = map[string]any{}
-		}
-		next, err := applyAt(child, rest, op)
-		if err != nil {
-			return nil, err
-		}
-		n[seg] = next
-		return n, nil
+		return applyInMap(n, segs, op)
 	case []any:
-		i, err := strconv.Atoi(seg)
-		if seg == "-" {
-			i, err = len(n), nil
-		}
-		if err != nil || i < 0 || i > len(n) || (i == len(n) && (len(rest) > 0 || op.Op != patchAdd)) {
-			if op.Op == patchRemove {
-				return n, nil
-			}
-			return nil, fmt.Errorf("no element %q in a list of %d", seg, len(n))
-		}
-		if len(rest) > 0 {
-			if n[i], err = applyAt(n[i], rest, op); err != nil {
-				return nil, err
-			}
-			return n, nil
-		}
-		switch op.Op {
-		case patchAdd:
-			n = append(n[:i], append([]any{runtime.DeepCopyJSONValue(op.Value)}, n[i:]...)...)
-		case patchReplace:
-			n[i] = runtime.DeepCopyJSONValue(op.Value)
-		case patchRemove:
-			n = append(n[:i], n[i+1:]...)
-		}
-		return n, nil
+		return applyInList(n, segs, op)
 	case nil:
 		if op.Op == patchRemove {
 			return nil, nil
 		}
-		return applyAt(map[string]any{}, segs, op)
+		return applyInMap(map[string]any{}, segs, op)
 	}
-	return nil, fmt.Errorf("%q is below a value that is neither an object nor a list", seg)
+	return nil, fmt.Errorf("%q is below a value that is neither an object nor a list", segs[0])
+}
+
+// applyInMap applies op at segs below the object n.
+func applyInMap(n map[string]any, segs []string, op mutate.Operation) (any, error) {
+	seg, rest := segs[0], segs[1:]
+	child, ok := n[seg]
+	if len(rest) == 0 {
+		if op.Op == patchRemove {
+			delete(n, seg)
+		} else {
+			n[seg] = runtime.DeepCopyJSONValue(op.Value)
+		}
+		return n, nil
+	}
+	if !ok {
+		if op.Op == patchRemove {
+			return n, nil
+		}
+		child = map[string]any{}
+	}
+	next, err := applyAt(child, rest, op)
+	if err != nil {
+		return nil, err
+	}
+	n[seg] = next
+	return n, nil
+}
+
+// applyInList applies op at segs below the list n.
+func applyInList(n []any, segs []string, op mutate.Operation) (any, error) {
+	seg, rest := segs[0], segs[1:]
+	i, err := strconv.Atoi(seg)
+	if seg == "-" {
+		i, err = len(n), nil
+	}
+	if err != nil || i < 0 || i > len(n) || (i == len(n) && (len(rest) > 0 || op.Op != patchAdd)) {
+		if op.Op == patchRemove {
+			return n, nil
+		}
+		return nil, fmt.Errorf("no element %q in a list of %d", seg, len(n))
+	}
+	if len(rest) > 0 {
+		if n[i], err = applyAt(n[i], rest, op); err != nil {
+			return nil, err
+		}
+		return n, nil
+	}
+	switch op.Op {
+	case patchAdd:
+		n = append(n[:i], append([]any{runtime.DeepCopyJSONValue(op.Value)}, n[i:]...)...)
+	case patchReplace:
+		n[i] = runtime.DeepCopyJSONValue(op.Value)
+	case patchRemove:
+		n = append(n[:i], n[i+1:]...)
+	}
+	return n, nil
 }
 
 // diffName names an object in a diff's headers as kubectl diff does: group.version.Kind.namespace.name.

@@ -113,7 +113,8 @@ a resource it cannot read, it covers subresources, or the reports do not list pa
 The reports are read in whichever API the cluster holds them: PolicyReports and ClusterPolicyReports
 (wgpolicyk8s.io, the operator's --report-api=wgpolicy), Reports and ClusterReports (openreports.io,
 --report-api=openreports), or both (--report-api=both), where a result listed in both APIs counts once.
-Each result is filed under the kind of policy its property policyKind names.
+Each result is filed under the kind of policy its property policyKind names. DRIFTED counts, for each
+bound MutatingAdmissionPolicy, the stored objects it would change on their next write (its warn results).
 
 Pass and matched counts are exact for AuditPolicies and when the reports list passes (the operator's
 --report-results includes pass); otherwise the reports only count passes in their summary and they are shown
@@ -353,7 +354,7 @@ func summarize(in summaryInputs) SummaryList {
 			continue // from its status below
 		}
 		s := PolicySummary{Source: k.Source, Policy: k.Name,
-			Fail: int64(c.Fail), Warn: int64(c.Warn), Error: int64(c.Error), Skip: int64(c.Skip)}
+			Fail: int64(c.Fail), Warn: int64(c.Warn), Error: int64(c.Error), Skip: int64(c.Skip), Drifted: driftedOf(k, c)}
 		if passesListed {
 			pass, matched := int64(c.Pass), int64(c.Pass)+s.Fail+s.Warn+s.Error+s.Skip
 			s.Pass, s.Matched = &pass, &matched
@@ -364,10 +365,6 @@ func summarize(in summaryInputs) SummaryList {
 			safety.Reason = SafetyPassesNotListed
 		}
 		s.SafeToEnforce, s.SafeToEnforceReason = safety.Status, safety.Reason
-		if k.Source == audit.SourceMAP {
-			drifted := s.Warn
-			s.Drifted = &drifted
-		}
 		out.Policies = append(out.Policies, s)
 	}
 	for _, ap := range aps {
@@ -385,6 +382,16 @@ func summarize(in summaryInputs) SummaryList {
 		return audit.PolicyKey{Source: a.Source, Name: a.Policy}.Compare(audit.PolicyKey{Source: b.Source, Name: b.Policy})
 	})
 	return out
+}
+
+// driftedOf returns, for a MutatingAdmissionPolicy, the objects it would change: its warn results, one per
+// object. Nil for other policies.
+func driftedOf(k audit.PolicyKey, c *results.Summary) *int64 {
+	if k.Source != audit.SourceMAP {
+		return nil
+	}
+	n := int64(c.Warn)
+	return &n
 }
 
 // countResult counts a listed result into the summary of its policy. Matched and Judged count the listed

@@ -49,7 +49,7 @@ func newWhatifCommand(flags *genericclioptions.ConfigFlags, streams genericioopt
 	}
 	cmd := &cobra.Command{
 		Use:   "whatif -f FILE|DIR|- ... | --binding NAME --actions ACTIONS",
-		Short: "What a proposed CRD, policy, binding or param change would reject among the objects already stored",
+		Short: "What a proposed CRD, policy, binding or param change would reject, or change, among the objects already stored",
 		Long: `whatif reads the stored objects that proposed CustomResourceDefinitions, ValidatingAdmissionPolicies,
 bindings, AuditPolicies and param objects cover, and evaluates each under the live definition and under
 the proposed one, with the kube-apiserver's own validation code. The proposal overlays the live cluster:
@@ -60,8 +60,15 @@ unchanged, and each failure what the object's next UPDATE meets: rejected (a pol
 it matches, even a no-op one), ratcheted (a CRD rule on a field the update leaves unchanged passes) or
 allowed (the bindings do not match updates).
 
+Proposed MutatingAdmissionPolicies and their bindings replace the cluster's of the same names, and the
+whole chain is evaluated, today's and the proposed: each stored object the proposed policies would change
+on its next write (an UPDATE where a binding matches UPDATE, else a re-create) is listed with the policy,
+the operation and the fields. --diff prints instead a unified diff per such object, as kubectl diff does,
+of the object as stored against the object as the proposed chain leaves it. A Secret's values are never
+printed.
+
 -o json|yaml prints the PolicyReports the celaudit operator would write once the proposal is applied,
-with the properties whatif and onUpdate added to each result.
+with the properties whatif and onUpdate added to each result (and a MutatingAdmissionPolicy's whole patch).
 
 Exit codes: 0 nothing new would be rejected, 1 the proposal would newly reject objects (--fail-on warn:
 or newly warn), 2 bad arguments or invalid files, 3 the cluster could not be reached or read.`,
@@ -72,7 +79,10 @@ or newly warn), 2 bad arguments or invalid files, 3 the cluster could not be rea
   kubectl celaudit whatif --binding require-team --actions Deny
 
   # The reports the operator would write, as JSON
-  kubectl celaudit whatif -f policies/ -o json`,
+  kubectl celaudit whatif -f policies/ -o json
+
+  # What a proposed MutatingAdmissionPolicy would change in the stored objects, as kubectl diff prints it
+  kubectl celaudit whatif -f team-label-map.yaml --diff`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd)
@@ -298,27 +308,34 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 				res.Resource.Kind, res.Resource.Name, message)
 		}
 	}
-	if len(mutations) > 0 {
-		fmt.Fprintln(w)
-		fmt.Fprintln(w, "WHATIF\tRESULT\tPOLICY\tNAMESPACE\tOBJECT\tOPERATION\tFIELDS")
-		for _, r := range mutations {
-			res := r.Result
-			namespace := res.Resource.Namespace
-			if namespace == "" {
-				namespace = "-"
-			}
-			fields := strings.ReplaceAll(res.Properties[mutate.PropFields], ",", ", ")
-			switch {
-			case res.Verdict == audit.Error:
-				fields = "error: " + whatifOneLine(res.Message)
-			case fields == "":
-				fields = "-"
-			}
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", r.Whatif, res.Verdict, r.Key, namespace,
-				res.Resource.Kind, res.Resource.Name, res.Properties[audit.PropOperation], fields)
-		}
-	}
+	printMutationRows(w, mutations)
 	return w.Flush()
+}
+
+// printMutationRows prints one row per listed result of a MutatingAdmissionPolicy: the object, the request it
+// is judged as and the fields the policy would change (or its error).
+func printMutationRows(w io.Writer, mutations []whatif.Row) {
+	if len(mutations) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "WHATIF\tRESULT\tPOLICY\tNAMESPACE\tOBJECT\tOPERATION\tFIELDS")
+	for _, r := range mutations {
+		res := r.Result
+		namespace := res.Resource.Namespace
+		if namespace == "" {
+			namespace = "-"
+		}
+		fields := strings.ReplaceAll(res.Properties[mutate.PropFields], ",", ", ")
+		switch {
+		case res.Verdict == audit.Error:
+			fields = "error: " + whatifOneLine(res.Message)
+		case fields == "":
+			fields = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", r.Whatif, res.Verdict, r.Key, namespace,
+			res.Resource.Kind, res.Resource.Name, res.Properties[audit.PropOperation], fields)
+	}
 }
 
 // splitMutationRows separates the rows of MutatingAdmissionPolicies, which say what would change rather than

@@ -363,7 +363,7 @@ func (e *evaluation) redaction(final map[string]any) redaction {
 	if r.secret {
 		data, stringData := map[string]any{}, map[string]any{}
 		for i, content := range []map[string]any{e.stored.Object, final} {
-			for field, into := range map[string]map[string]any{"data": data, "stringData": stringData} {
+			for field, into := range map[string]map[string]any{secretData: data, secretStringData: stringData} {
 				if m, ok := content[field].(map[string]any); ok {
 					for k, v := range m {
 						into[fmt.Sprintf("%d/%s", i, k)] = v
@@ -371,7 +371,7 @@ func (e *evaluation) redaction(final map[string]any) redaction {
 				}
 			}
 		}
-		secret := map[string]any{"data": data, "stringData": stringData}
+		secret := map[string]any{secretData: data, secretStringData: stringData}
 		if md, ok := e.stored.Object["metadata"]; ok {
 			secret["metadata"] = md
 		}
@@ -517,7 +517,7 @@ func exempt(gr schema.GroupResource) bool {
 // is shown. content must be unstructured JSON.
 func RedactedSecret(content map[string]any) map[string]any {
 	out := runtime.DeepCopyJSON(content)
-	for _, field := range []string{"data", "stringData"} {
+	for _, field := range []string{secretData, secretStringData} {
 		if m, ok := out[field].(map[string]any); ok {
 			for k := range m {
 				m[k] = audit.RedactionMarker
@@ -533,6 +533,12 @@ func RedactedSecret(content map[string]any) map[string]any {
 	}
 	return out
 }
+
+// The fields of a Secret that hold its values.
+const (
+	secretData       = "data"
+	secretStringData = "stringData"
+)
 
 // lastApplied is the annotation in which kubectl apply keeps the object it applied, a Secret's values included.
 const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"
