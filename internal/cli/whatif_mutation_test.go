@@ -54,6 +54,8 @@ func TestWhatifMutations(t *testing.T) {
 			want: []string{
 				// add-owner's value changes: each drift of today is fixed and a new one takes its place.
 				`~map/add-owner\s+2\s+2\s+2\s+0`,
+				`~map/gizmo-tags\s+1\s+1\s+0\s+0`,
+				`~new\s+warn\s+map/gizmo-tags\s+wm-shop\s+Gizmo/small\s+UPDATE\s+spec.tags\[1\]`,
 				`~map/orphan\s+0\s+0\s+0\s+0`,
 				`~map/pull-always\s+1\s+1\s+0\s+0`,
 				`~map/secret-token\s+1\s+1\s+0\s+0`,
@@ -91,6 +93,8 @@ func TestWhatifMutations(t *testing.T) {
 				"-        imagePullPolicy: IfNotPresent",
 				"+    owner: nobody",
 				"+    team: platform",
+				// The tags are a set: the CRD's schema merges them.
+				"   - blue\n+  - audited\n",
 			},
 		},
 		{name: "--diff with -o yaml", args: []string{"whatif", "-f", data("proposal.yaml"), "--diff", "-o", "yaml"}, code: ExitBadInput,
@@ -129,7 +133,7 @@ func TestWhatifMutations(t *testing.T) {
 		for _, m := range mutations {
 			names = append(names, m.Object.GetNamespace()+"/"+m.Object.GetKind()+"/"+m.Object.GetName())
 		}
-		if want := []string{"wm-lab/ConfigMap/plain", "wm-shop/Secret/creds", "wm-shop/ConfigMap/plain", "wm-shop/Deployment/web"}; !reflect.DeepEqual(names, want) {
+		if want := []string{"wm-lab/ConfigMap/plain", "wm-shop/Secret/creds", "wm-shop/ConfigMap/plain", "wm-shop/Gizmo/small", "wm-shop/Deployment/web"}; !reflect.DeepEqual(names, want) {
 			t.Fatalf("changed objects %v, want %v", names, want)
 		}
 
@@ -161,6 +165,8 @@ func TestWhatifMutations(t *testing.T) {
 		waitForChain(t, dyn, web, "spec.template.spec.containers.0.imagePullPolicy", "Always")
 		creds := ref{gvr: schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, namespace: "wm-shop", name: "creds"}
 		waitForChain(t, dyn, creds, "metadata.labels.team", "platform")
+		small := ref{gvr: schema.GroupVersionResource{Group: "mutate.example.com", Version: "v1", Resource: "gizmos"}, namespace: "wm-shop", name: "small"}
+		waitForChain(t, dyn, small, "spec.tags.1", "audited")
 
 		for _, m := range mutations {
 			_, shown, err := mutatedObject(m.Object, m.Patch)
