@@ -214,6 +214,9 @@ func planWhatif(ctx context.Context, cluster *whatifCluster, objs []manifests.Ob
 	if err := proposal.ValidateCRDs(ctx, live.CRDs); err != nil {
 		return nil, whatifInputError(err)
 	}
+	if err := proposal.ValidateMAPs(); err != nil {
+		return nil, whatifInputError(err)
+	}
 	// AuditPolicies are judged with the exemptions celaudit shows in their status, as it audits them.
 	exemptions, err := statusExemptions(live.AuditPolicies...)
 	if err != nil {

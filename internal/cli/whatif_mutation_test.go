@@ -97,6 +97,10 @@ func TestWhatifMutations(t *testing.T) {
 				"   - blue\n+  - audited\n",
 			},
 		},
+		{name: "a policy the API server would reject", args: []string{"whatif", "-f", data("bad-map.yaml")}, code: ExitBadInput,
+			want: []string{
+				"~testdata/whatif/mutate/bad-map.yaml:[0-9]+: the API server would reject MutatingAdmissionPolicy broken: .*compilation failed: ERROR: <input>:1:54: Syntax error",
+			}},
 		{name: "--diff with -o yaml", args: []string{"whatif", "-f", data("proposal.yaml"), "--diff", "-o", "yaml"}, code: ExitBadInput,
 			want: []string{"--diff prints diffs: it does not go with -o yaml"}},
 	}
