@@ -24,6 +24,8 @@ type checkOptions struct {
 	files   []string
 	rules   []string
 	cluster bool
+	// mutate prints the manifests as the MutatingAdmissionPolicies would leave them.
+	mutate  bool
 	workers int
 	output  *outputOptions
 	flags   *genericclioptions.ConfigFlags
@@ -40,8 +42,8 @@ func newCheckCommand(flags *genericclioptions.ConfigFlags, streams genericioopti
 	cmd := &cobra.Command{
 		Use:   "check -f MANIFESTS... [--rules FILE|DIR]... [--cluster]",
 		Short: "Judge manifest files as the API server would judge their creation, offline, for CI",
-		Long: `check evaluates the objects of manifest files with the CRD validation, ValidatingAdmissionPolicies
-and AuditPolicies of a cluster, as the API server would judge a CREATE of each, and prints what it would
+		Long: `check evaluates the objects of manifest files with the CRD validation, ValidatingAdmissionPolicies,
+AuditPolicies and MutatingAdmissionPolicies of a cluster, as the API server would judge a CREATE of each, and prints what it would
 reject.
 
 The rules are the CRDs, policies, bindings, params and Namespaces found in --rules and in the manifests
@@ -53,6 +55,11 @@ Before judging, a custom resource is pruned and defaulted by its CRD's schema an
 API server's defaults. Not applied: ` + admit.NotApplied + `. An object the API
 server refuses for its size (a request body over 3 MiB, a ConfigMap's or Secret's data over 1 MiB) gets that
 result only, under apiserver/request-size.
+
+MutatingAdmissionPolicies among the rules are applied to each object as to its CREATE: a warn result names
+the fields they would change. --mutate prints the objects of -f as they would leave them (multi-document
+YAML in input order, unchanged objects too; only their changes are added, not the API server's defaults; a
+Secret's values are never changed in the output), and the results table on standard error.
 
 Files may hold several YAML or JSON documents and Lists; directories are walked; - reads standard input.
 Namespaced objects without a namespace are judged in --namespace (default "default"), as kubectl applies them.
@@ -68,7 +75,10 @@ results with --fail-on warn); 2 bad arguments or input files; 3 the cluster coul
   helm template . | kubectl celaudit check -f - --rules policies/ -o junit > report.xml
 
   # Check against the rules of a live cluster
-  kubectl celaudit check -f deploy/ --cluster --context prod`,
+  kubectl celaudit check -f deploy/ --cluster --context prod
+
+  # Bring manifests in line with MutatingAdmissionPolicies
+  kubectl celaudit check -f deploy/ --rules maps/ --mutate > deploy.mutated.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd.Context())
@@ -81,7 +91,19 @@ results with --fail-on warn); 2 bad arguments or input files; 3 the cluster coul
 	// command only: `check --cluster` reads the rules of the current context's cluster.
 	fs.BoolVar(&o.cluster, "cluster", false, "Read the rules from the cluster of the current (or --context) kubeconfig context instead of files.")
 	o.output.AddFlags(fs)
+	o.addMutateFlag(cmd)
 	return cmd
+}
+
+// addMutateFlag adds --mutate, whose output is YAML unless -o says otherwise (which validate refuses).
+func (o *checkOptions) addMutateFlag(cmd *cobra.Command) {
+	cmd.Flags().BoolVar(&o.mutate, "mutate", false, "Print the manifests of -f as the MutatingAdmissionPolicies would leave them "+
+		"(with -o yaml, the default then), and the results table to standard error.")
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) {
+		if o.mutate && !cmd.Flags().Changed("output") {
+			o.output.Output = OutputYAML
+		}
+	}
 }
 
 func (o *checkOptions) validate() error {
@@ -93,6 +115,9 @@ func (o *checkOptions) validate() error {
 	}
 	if slices.Contains(o.files, manifests.Stdin) && slices.Contains(o.rules, manifests.Stdin) {
 		return BadInput("standard input (-) can be read once: give it to -f or to --rules, not both")
+	}
+	if o.mutate && o.output.Output != OutputYAML {
+		return BadInput("--mutate prints YAML manifests: it does not go with -o %s", o.output.Output)
 	}
 	if o.cluster && len(o.rules) > 0 {
 		return BadInput("--rules and --cluster exclude each other: the rules come from files or from the cluster")
@@ -131,12 +156,18 @@ func (o *checkOptions) run(ctx context.Context) error {
 		workers:   o.workers,
 		namespace: o.defaultNamespace(),
 		list:      verdicts,
+		mutations: o.mutate,
 	})
 	if err != nil {
 		return err
 	}
 
-	if err := o.print(o.streams.Out, rs, tally, verdicts); err != nil {
+	if o.mutate {
+		err = o.printMutated(in, rs, tally, verdicts)
+	} else {
+		err = o.print(o.streams.Out, rs, tally, verdicts)
+	}
+	if err != nil {
 		return err
 	}
 	for _, note := range missingParamNotes(in, tally) {

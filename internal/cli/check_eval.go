@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/report"
 )
 
@@ -20,6 +22,8 @@ type evalOptions struct {
 	workers   int
 	namespace string          // of namespaced objects that name none
 	list      []audit.Verdict // verdicts whose results are kept
+	// mutations keeps the patch of each object the MutatingAdmissionPolicies would change (check --mutate).
+	mutations bool
 }
 
 // policyCounts are the counts of one policy's results.
@@ -51,6 +55,9 @@ type tally struct {
 	failure        *recordError // the first bad object, in input order
 	// missingParams counts the error results of bindings that found no params, by binding and namespace.
 	missingParams map[missingParams]int
+	// mutations holds, by the order of the object in the inputs, the patch that turns each object the
+	// MutatingAdmissionPolicies would change into the object they leave (evalOptions.mutations).
+	mutations map[int][]mutate.Operation
 }
 
 // missingParams names a binding that found no params for the objects of a namespace.
@@ -71,7 +78,7 @@ type recordError struct {
 
 func newTally() *tally {
 	return &tally{byPolicy: map[audit.PolicyKey]*policyCounts{}, passes: report.CountedPasses{}, sources: map[objectKey]manifests.Source{},
-		missingParams: map[missingParams]int{}}
+		missingParams: map[missingParams]int{}, mutations: map[int][]mutate.Operation{}}
 }
 
 func (t *tally) counts(k audit.PolicyKey) *policyCounts {
@@ -122,6 +129,7 @@ func (t *tally) merge(o *tally) {
 	for k, n := range o.missingParams {
 		t.missingParams[k] += n
 	}
+	maps.Copy(t.mutations, o.mutations)
 }
 
 func lessSource(a, b manifests.Source) bool {
@@ -219,12 +227,28 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 		matched = true
 		t.add(p.Key(), results, r.src, opts.list)
 	}
+	if opts.mutations {
+		t.mutate(ctx, o, policies, r.seq)
+	}
 	if !matched {
 		t.unmatched++
 		return
 	}
 	if rs.preparer.Builtin(r.kind) {
 		t.builtinMatched++
+	}
+}
+
+// mutate keeps the patch of the MutatingAdmissionPolicies among policies (one chain: the first one's
+// evaluation is every one's) on the object, when they would change it.
+func (t *tally) mutate(ctx context.Context, o engine.Object, policies []audit.Policy, seq int) {
+	for _, p := range policies {
+		if out, ok := o.Mutation(ctx, p); ok {
+			if len(out.Patch) > 0 {
+				t.mutations[seq] = out.Patch
+			}
+			return
+		}
 	}
 }
 

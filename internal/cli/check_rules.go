@@ -19,6 +19,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/views"
 )
 
@@ -95,7 +96,8 @@ func fileRules(ctx context.Context, in *checkInputs) (*ruleSet, error) {
 type fileParams struct{ *views.FileParams }
 
 func (rs *ruleSet) compile(objs []*unstructured.Unstructured) error {
-	policies, err := engine.Compiler{}.Compile(objs, rs.views)
+	// The manifests are new objects: MutatingAdmissionPolicies judge them as their CREATE.
+	policies, err := engine.Compiler{MAPDefaults: mutate.Defaults{Create: true}}.Compile(objs, rs.views)
 	if err != nil {
 		return BadInput("invalid policy object: %w", err)
 	}
@@ -164,6 +166,8 @@ func policyKind(k audit.PolicyKey) string {
 		return "CustomResourceDefinition"
 	case audit.SourceAuditPolicy:
 		return "AuditPolicy"
+	case audit.SourceMAP:
+		return "MutatingAdmissionPolicy"
 	}
 	return "ValidatingAdmissionPolicy"
 }
@@ -252,8 +256,8 @@ func (rs *ruleSet) checkKinds(in *checkInputs) error {
 	return nil
 }
 
-// clusterRules reads the rules of the cluster flags connect to: its discovery, CRDs, policies, bindings and
-// AuditPolicies; namespaces and params are read when a policy needs them.
+// clusterRules reads the rules of the cluster flags connect to: its discovery, CRDs, policies, bindings,
+// AuditPolicies, MutatingAdmissionPolicies and their bindings; namespaces and params are read when a policy needs them.
 func clusterRules(ctx context.Context, flags *genericclioptions.ConfigFlags) (*ruleSet, error) {
 	c, err := connect(ctx, flags)
 	if err != nil {
@@ -265,6 +269,8 @@ func clusterRules(ctx context.Context, flags *genericclioptions.ConfigFlags) (*r
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicy"),
 		admissionregistrationv1.SchemeGroupVersion.WithKind("ValidatingAdmissionPolicyBinding"),
 		v1alpha1.GroupVersion.WithKind("AuditPolicy"),
+		admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy"),
+		admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicyBinding"),
 	}
 	var objs []*unstructured.Unstructured
 	var crds []*apiextensionsv1.CustomResourceDefinition
@@ -338,7 +344,11 @@ func missingParamNotes(in *checkInputs, t *tally) []string {
 	})
 	out := make([]string, 0, len(keys))
 	for _, k := range keys {
-		note := fmt.Sprintf("binding %s of %s found no params for %d objects in namespace %s", k.binding, k.policy, t.missingParams[k], k.namespace)
+		binding := "binding " + k.binding
+		if k.binding == "" {
+			binding = "a binding" // the results of a MutatingAdmissionPolicy name it in their message
+		}
+		note := fmt.Sprintf("%s of %s found no params for %d objects in namespace %s", binding, k.policy, t.missingParams[k], k.namespace)
 		if ref, ok := refs[k.binding]; ok && k.policy.Source == audit.SourceVAP {
 			ns := ref.Namespace
 			if ns == "" {

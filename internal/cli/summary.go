@@ -43,6 +43,8 @@ var (
 	vapsGVR                 = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicies")
 	vapBindingsGVR          = admissionregistrationv1.SchemeGroupVersion.WithResource("validatingadmissionpolicybindings")
 	crdsGVR                 = apiextensionsv1.SchemeGroupVersion.WithResource("customresourcedefinitions")
+	mapsGVR                 = admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingadmissionpolicies")
+	mapBindingsGVR          = admissionregistrationv1.SchemeGroupVersion.WithResource("mutatingadmissionpolicybindings")
 )
 
 // summaryPageSize is the limit of each LIST summary makes: reports are up to 1 MB each.
@@ -64,6 +66,9 @@ type PolicySummary struct {
 	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why.
 	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce"`
 	SafeToEnforceReason string                 `json:"safeToEnforceReason,omitempty"`
+	// Drifted counts, for a MutatingAdmissionPolicy, the stored objects it would change on their next write:
+	// its warn results (one per object). Nil for other policies.
+	Drifted *int64 `json:"drifted,omitempty"`
 }
 
 // SafetyPassesNotListed is the reason of a policy whose safety summary cannot tell: the reports only count
@@ -108,7 +113,8 @@ a resource it cannot read, it covers subresources, or the reports do not list pa
 The reports are read in whichever API the cluster holds them: PolicyReports and ClusterPolicyReports
 (wgpolicyk8s.io, the operator's --report-api=wgpolicy), Reports and ClusterReports (openreports.io,
 --report-api=openreports), or both (--report-api=both), where a result listed in both APIs counts once.
-Each result is filed under the kind of policy its property policyKind names.
+Each result is filed under the kind of policy its property policyKind names. DRIFTED counts, for each
+bound MutatingAdmissionPolicy, the stored objects it would change on their next write (its warn results).
 
 Pass and matched counts are exact for AuditPolicies and when the reports list passes (the operator's
 --report-results includes pass); otherwise the reports only count passes in their summary and they are shown
@@ -233,7 +239,35 @@ func readSummaryInputs(ctx context.Context, client dynamic.Interface, namespace 
 		}
 		return nil
 	})
+	if err != nil {
+		return in, err
+	}
+	boundMAPs, err := boundMAPs(ctx, client)
+	in.policies = append(in.policies, boundMAPs...)
 	return in, err
+}
+
+// boundMAPs returns the MutatingAdmissionPolicies that some binding binds: those celaudit audits, listed even
+// when no report lists a result of theirs.
+func boundMAPs(ctx context.Context, client dynamic.Interface) ([]audit.PolicyKey, error) {
+	bound := map[string]bool{}
+	err := listAll(ctx, client, mapBindingsGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
+		if name, _, _ := unstructured.NestedString(u.Object, "spec", "policyName"); name != "" {
+			bound[name] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	var out []audit.PolicyKey
+	err = listAll(ctx, client, mapsGVR, "", metav1.ListOptions{}, func(u *unstructured.Unstructured) error {
+		if bound[u.GetName()] {
+			out = append(out, audit.MAPKey(u.GetName()))
+		}
+		return nil
+	})
+	return out, err
 }
 
 // readReports reads celaudit's reports of namespace ("" for every namespace and the cluster-scoped reports)
@@ -320,7 +354,7 @@ func summarize(in summaryInputs) SummaryList {
 			continue // from its status below
 		}
 		s := PolicySummary{Source: k.Source, Policy: k.Name,
-			Fail: int64(c.Fail), Warn: int64(c.Warn), Error: int64(c.Error), Skip: int64(c.Skip)}
+			Fail: int64(c.Fail), Warn: int64(c.Warn), Error: int64(c.Error), Skip: int64(c.Skip), Drifted: driftedOf(k, c)}
 		if passesListed {
 			pass, matched := int64(c.Pass), int64(c.Pass)+s.Fail+s.Warn+s.Error+s.Skip
 			s.Pass, s.Matched = &pass, &matched
@@ -348,6 +382,16 @@ func summarize(in summaryInputs) SummaryList {
 		return audit.PolicyKey{Source: a.Source, Name: a.Policy}.Compare(audit.PolicyKey{Source: b.Source, Name: b.Policy})
 	})
 	return out
+}
+
+// driftedOf returns, for a MutatingAdmissionPolicy, the objects it would change: its warn results, one per
+// object. Nil for other policies.
+func driftedOf(k audit.PolicyKey, c *results.Summary) *int64 {
+	if k.Source != audit.SourceMAP {
+		return nil
+	}
+	n := int64(c.Warn)
+	return &n
 }
 
 // countResult counts a listed result into the summary of its policy. Matched and Judged count the listed
@@ -445,7 +489,7 @@ func printJSON(w io.Writer, v any) error {
 
 func printSummaryTable(w io.Writer, list SummaryList) error {
 	tw := printers.GetNewTabWriter(w)
-	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tSAFE TO ENFORCE\tREASON")
+	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tDRIFTED\tSAFE TO ENFORCE\tREASON")
 	opt := func(n *int64) string {
 		if n == nil {
 			return "-"
@@ -453,8 +497,8 @@ func printSummaryTable(w io.Writer, list SummaryList) error {
 		return strconv.FormatInt(*n, 10)
 	}
 	for _, s := range list.Policies {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
-			s.Fail, s.Warn, s.Error, s.Skip, s.SafeToEnforce, s.SafeToEnforceReason)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
+			s.Fail, s.Warn, s.Error, s.Skip, opt(s.Drifted), s.SafeToEnforce, s.SafeToEnforceReason)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

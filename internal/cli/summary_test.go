@@ -70,6 +70,9 @@ func TestSummarize(t *testing.T) {
 	ap := func(v audit.Verdict) v1alpha2.PolicyReportResult {
 		return id(result("team", v, kind, "AuditPolicy", audit.PropBinding, "celaudit-team"))
 	}
+	mapResult := func(policy string, v audit.Verdict) v1alpha2.PolicyReportResult {
+		return id(result(policy, v, kind, "MutatingAdmissionPolicy", audit.PropOperation, "UPDATE"))
+	}
 	audited := v1alpha1.AuditPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Generation: 2}, Status: v1alpha1.AuditPolicyStatus{
 		Matched: 7, Pass: 5, Warn: 2, LastAuditTime: &metav1.Time{Time: time.Unix(1, 0)},
 		Conditions: []metav1.Condition{{Type: v1alpha1.ConditionSafeToEnforce, Status: metav1.ConditionFalse, Reason: "Violations", ObservedGeneration: 2}},
@@ -176,6 +179,22 @@ func TestSummarize(t *testing.T) {
 			}},
 		},
 		{
+			// One result per (MutatingAdmissionPolicy, object): its warnings are the objects it would change.
+			name: "mutating admission policies: drifted objects",
+			in: summaryInputs{reports: []report.Reports{{PolicyReports: []v1alpha2.PolicyReport{
+				policyReport("a", 0, mapResult("team-label", audit.Warn), mapResult("team-label", audit.Pass), mapResult("limits", audit.Error)),
+				policyReport("b", 0, mapResult("team-label", audit.Warn)),
+			}}}, policies: []audit.PolicyKey{audit.MAPKey("quiet")}},
+			want: SummaryList{Policies: []PolicySummary{
+				{Source: audit.SourceMAP, Policy: "limits", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1, Drifted: ptr.To[int64](0),
+					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+				{Source: audit.SourceMAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), Drifted: ptr.To[int64](0),
+					SafeToEnforce: "Unknown", SafeToEnforceReason: "NothingJudged"},
+				{Source: audit.SourceMAP, Policy: "team-label", Matched: ptr.To[int64](3), Pass: ptr.To[int64](1), Warn: 2, Drifted: ptr.To[int64](2),
+					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+			}},
+		},
+		{
 			name: "the kind a result names, not its name or other properties",
 			in: summaryInputs{reports: []report.Reports{{PolicyReports: []v1alpha2.PolicyReport{policyReport("a", 0,
 				id(result("widgets.example.com", audit.Fail, kind, "ValidatingAdmissionPolicy", audit.PropBinding, "widgets.example.com")),
@@ -211,13 +230,15 @@ func TestSummaryTable(t *testing.T) {
 	err := printSummaryTable(&buf, SummaryList{UnlistedPasses: 3, Unattributed: 2, Policies: []PolicySummary{
 		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1, SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
 		{Source: audit.SourceVAP, Policy: "owner", SafeToEnforce: "Unknown", SafeToEnforceReason: "PassesNotListed"},
+		{Source: audit.SourceMAP, Policy: "team-label", Warn: 4, Drifted: ptr.To[int64](4), SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
 	}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := `SOURCE   POLICY                MATCHED   PASS   FAIL   WARN   ERROR   SKIP   SAFE TO ENFORCE   REASON
-crd      widgets.example.com   3         2      1      0      0       0      False             Violations
-vap      owner                 -         -      0      0      0       0      Unknown           PassesNotListed
+	want := `SOURCE   POLICY                MATCHED   PASS   FAIL   WARN   ERROR   SKIP   DRIFTED   SAFE TO ENFORCE   REASON
+crd      widgets.example.com   3         2      1      0      0       0      -         False             Violations
+vap      owner                 -         -      0      0      0       0      -         Unknown           PassesNotListed
+map      team-label            -         -      0      4      0       0      4         False             Violations
 
 3 passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.
 

@@ -18,6 +18,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/manifests"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/whatif"
 )
@@ -30,6 +31,8 @@ type whatifOptions struct {
 	Actions   []string
 	ChunkSize int64
 	Workers   int
+	// Diff prints a unified diff per object the proposed MutatingAdmissionPolicies would change.
+	Diff bool
 
 	flags   *genericclioptions.ConfigFlags
 	streams genericiooptions.IOStreams
@@ -46,7 +49,7 @@ func newWhatifCommand(flags *genericclioptions.ConfigFlags, streams genericioopt
 	}
 	cmd := &cobra.Command{
 		Use:   "whatif -f FILE|DIR|- ... | --binding NAME --actions ACTIONS",
-		Short: "What a proposed CRD, policy, binding or param change would reject among the objects already stored",
+		Short: "What a proposed CRD, policy, binding or param change would reject, or change, among the objects already stored",
 		Long: `whatif reads the stored objects that proposed CustomResourceDefinitions, ValidatingAdmissionPolicies,
 bindings, AuditPolicies and param objects cover, and evaluates each under the live definition and under
 the proposed one, with the kube-apiserver's own validation code. The proposal overlays the live cluster:
@@ -57,8 +60,15 @@ unchanged, and each failure what the object's next UPDATE meets: rejected (a pol
 it matches, even a no-op one), ratcheted (a CRD rule on a field the update leaves unchanged passes) or
 allowed (the bindings do not match updates).
 
+Proposed MutatingAdmissionPolicies and their bindings replace the cluster's of the same names, and the
+whole chain is evaluated, today's and the proposed: each stored object the proposed policies would change
+on its next write (an UPDATE where a binding matches UPDATE, else a re-create) is listed with the policy,
+the operation and the fields. --diff prints instead a unified diff per such object, as kubectl diff does,
+of the object as stored against the object as the proposed chain leaves it. A Secret's values are never
+printed.
+
 -o json|yaml prints the PolicyReports the celaudit operator would write once the proposal is applied,
-with the properties whatif and onUpdate added to each result.
+with the properties whatif and onUpdate added to each result (and a MutatingAdmissionPolicy's whole patch).
 
 Exit codes: 0 nothing new would be rejected, 1 the proposal would newly reject objects (--fail-on warn:
 or newly warn), 2 bad arguments or invalid files, 3 the cluster could not be reached or read.`,
@@ -69,7 +79,10 @@ or newly warn), 2 bad arguments or invalid files, 3 the cluster could not be rea
   kubectl celaudit whatif --binding require-team --actions Deny
 
   # The reports the operator would write, as JSON
-  kubectl celaudit whatif -f policies/ -o json`,
+  kubectl celaudit whatif -f policies/ -o json
+
+  # What a proposed MutatingAdmissionPolicy would change in the stored objects, as kubectl diff prints it
+  kubectl celaudit whatif -f team-label-map.yaml --diff`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return o.run(cmd)
@@ -81,6 +94,7 @@ or newly warn), 2 bad arguments or invalid files, 3 the cluster could not be rea
 	fs.StringSliceVar(&o.Actions, "actions", nil, "The validationActions of --binding: Deny, Warn, Audit, comma-separated.")
 	fs.Int64Var(&o.ChunkSize, "chunk-size", o.ChunkSize, "Objects read per LIST request.")
 	fs.IntVar(&o.Workers, "workers", 0, "Objects evaluated concurrently (default: the number of CPUs).")
+	fs.BoolVar(&o.Diff, "diff", false, "Print, as kubectl diff does, a unified diff per stored object that the proposed MutatingAdmissionPolicies would change, instead of the table.")
 	o.AddFlags(fs)
 	return cmd
 }
@@ -98,6 +112,9 @@ func (o *whatifOptions) validate() (*whatif.Switch, error) {
 	}
 	if o.Workers < 0 {
 		return nil, BadInput("--workers %d: want a positive number", o.Workers)
+	}
+	if o.Diff && o.Output != OutputTable {
+		return nil, BadInput("--diff prints diffs: it does not go with -o %s", o.Output)
 	}
 	if (o.Binding == "") != (len(o.Actions) == 0) {
 		return nil, BadInput("--binding and --actions go together")
@@ -126,38 +143,46 @@ func (o *whatifOptions) validate() (*whatif.Switch, error) {
 }
 
 func (o *whatifOptions) run(cmd *cobra.Command) error {
-	sw, err := o.validate()
+	outcome, list, err := o.evaluate(cmd.Context())
 	if err != nil {
 		return err
 	}
-	ctx := cmd.Context()
+	return o.print(outcome, list)
+}
+
+// evaluate runs the what-if: it returns the outcome and the verdicts to list.
+func (o *whatifOptions) evaluate(ctx context.Context) (*whatif.Outcome, []audit.Verdict, error) {
+	sw, err := o.validate()
+	if err != nil {
+		return nil, nil, err
+	}
 	objs, err := o.readProposal()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	cluster, err := connectWhatif(ctx, o.flags)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	pairs, err := planWhatif(ctx, cluster, objs, sw)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	list, err := o.ListVerdicts()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	outcome, err := whatif.Run(ctx, cluster.lister, cluster.servesResource, pairs, whatif.Options{
-		Workers: o.Workers, PageSize: o.ChunkSize, List: list,
+		Workers: o.Workers, PageSize: o.ChunkSize, List: list, Mutations: o.Diff,
 	})
 	if err != nil {
 		var readErr *whatif.ReadError
 		if errors.As(err, &readErr) {
-			return ClusterError("%w", err)
+			return nil, nil, ClusterError("%w", err)
 		}
-		return err
+		return nil, nil, err
 	}
-	return o.print(outcome, list)
+	return outcome, list, nil
 }
 
 // readProposal reads the objects of the files given with -f; none without -f.
@@ -189,12 +214,17 @@ func planWhatif(ctx context.Context, cluster *whatifCluster, objs []manifests.Ob
 	if err := proposal.ValidateCRDs(ctx, live.CRDs); err != nil {
 		return nil, whatifInputError(err)
 	}
+	if err := proposal.ValidateMAPs(); err != nil {
+		return nil, whatifInputError(err)
+	}
 	// AuditPolicies are judged with the exemptions celaudit shows in their status, as it audits them.
 	exemptions, err := statusExemptions(live.AuditPolicies...)
 	if err != nil {
 		return nil, err
 	}
-	pairs, err := whatif.Plan(engine.Compiler{Exemptions: exemptions}, live, proposal, sw)
+	// Patches are printed whole: the output is not a report of bounded size.
+	compiler := engine.Compiler{Exemptions: exemptions, MAPDefaults: mutate.Defaults{FullPatch: true}}
+	pairs, err := whatif.Plan(compiler, live, proposal, sw)
 	if err != nil {
 		return nil, whatifInputError(err)
 	}
@@ -205,9 +235,16 @@ func planWhatif(ctx context.Context, cluster *whatifCluster, objs []manifests.Ob
 // Violations when the proposal would reject (or, with --fail-on warn, warn about) what it did not before.
 func (o *whatifOptions) print(outcome *whatif.Outcome, list []audit.Verdict) error {
 	var err error
-	if o.Output == OutputTable {
+	switch {
+	case o.Diff:
+		for _, m := range outcome.Mutations() {
+			if err = printMutationDiff(o.streams.Out, m.Object, m.Patch); err != nil {
+				break
+			}
+		}
+	case o.Output == OutputTable:
 		err = printWhatifTable(o.streams.Out, outcome)
-	} else {
+	default:
 		reports := outcome.Reports(o.now(), report.Options{ListVerdicts: list})
 		err = PrintList(o.streams.Out, o.Output, ReportList(reports))
 	}
@@ -242,7 +279,7 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 	for _, s := range outcome.Summaries() {
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\t%d\n", s.Key, s.Matched, s.New, s.Fixed, s.Unchanged)
 	}
-	rows := outcome.Rows()
+	rows, mutations := splitMutationRows(outcome.Rows())
 	// A CRD whose rows are in several versions (one the proposal adds, say) names the version of each.
 	versions := map[audit.PolicyKey]map[string]bool{}
 	for _, r := range rows {
@@ -274,7 +311,47 @@ func printWhatifTable(out io.Writer, outcome *whatif.Outcome) error {
 				res.Resource.Kind, res.Resource.Name, message)
 		}
 	}
+	printMutationRows(w, mutations)
 	return w.Flush()
+}
+
+// printMutationRows prints one row per listed result of a MutatingAdmissionPolicy: the object, the request it
+// is judged as and the fields the policy would change (or its error).
+func printMutationRows(w io.Writer, mutations []whatif.Row) {
+	if len(mutations) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "WHATIF\tRESULT\tPOLICY\tNAMESPACE\tOBJECT\tOPERATION\tFIELDS")
+	for _, r := range mutations {
+		res := r.Result
+		namespace := res.Resource.Namespace
+		if namespace == "" {
+			namespace = "-"
+		}
+		fields := strings.ReplaceAll(res.Properties[mutate.PropFields], ",", ", ")
+		switch {
+		case res.Verdict == audit.Error:
+			fields = "error: " + whatifOneLine(res.Message)
+		case fields == "":
+			fields = "-"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s/%s\t%s\t%s\n", r.Whatif, res.Verdict, r.Key, namespace,
+			res.Resource.Kind, res.Resource.Name, res.Properties[audit.PropOperation], fields)
+	}
+}
+
+// splitMutationRows separates the rows of MutatingAdmissionPolicies, which say what would change rather than
+// what would be rejected, from the others.
+func splitMutationRows(rows []whatif.Row) (others, mutations []whatif.Row) {
+	for _, r := range rows {
+		if r.Key.Source == audit.SourceMAP {
+			mutations = append(mutations, r)
+		} else {
+			others = append(others, r)
+		}
+	}
+	return others, mutations
 }
 
 // whatifOneLine keeps a message on its table row and in its column.

@@ -80,5 +80,29 @@ func (c *whatifCluster) live(ctx context.Context, p *whatif.Proposal) (whatif.Li
 		return whatif.Live{}, err
 	}
 	live.VAPs, live.Bindings, live.AuditPolicies = pointers(vaps), pointers(bindings), pointers(aps)
+	if len(p.MAPs)+len(p.MAPBindings) > 0 {
+		if err := c.liveMutations(ctx, &live); err != nil {
+			return whatif.Live{}, err
+		}
+	}
 	return live, nil
+}
+
+// liveMutations reads today's chain of MutatingAdmissionPolicies, their bindings, and every CRD (whose
+// schemas their changes to custom resources are merged with). A cluster that does not serve them has none.
+func (c *whatifCluster) liveMutations(ctx context.Context, live *whatif.Live) error {
+	maps, err := listTyped[admissionregistrationv1.MutatingAdmissionPolicy](ctx, c.dynamic, mapsGVR, "", metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	bindings, err := listTyped[admissionregistrationv1.MutatingAdmissionPolicyBinding](ctx, c.dynamic, mapBindingsGVR, "", metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	crds, err := listTyped[apiextensionsv1.CustomResourceDefinition](ctx, c.dynamic, crdsGVR, "", metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	live.MAPs, live.MAPBindings, live.Views.CRDs = pointers(maps), pointers(bindings), pointers(crds)
+	return nil
 }

@@ -128,6 +128,17 @@ func (o Object) Evaluate(ctx context.Context, p audit.Policy) []audit.Result {
 	return res
 }
 
+// Mutation returns the evaluation of the whole chain of MutatingAdmissionPolicies that p belongs to on the
+// object, shared with the results of the chain's policies on it (see mutate.Policy.Outcome); false when p is
+// not a MutatingAdmissionPolicy. Front ends show with it the object as the chain leaves it.
+func (o Object) Mutation(ctx context.Context, p audit.Policy) (mutate.Outcome, bool) {
+	mp, ok := p.(*mutate.Policy)
+	if !ok {
+		return mutate.Outcome{}, false
+	}
+	return mp.Outcome(audit.WithObjectCache(ctx, o.cache), o.gvr, o.obj), true
+}
+
 func safeEvaluate(ctx context.Context, p audit.Policy, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (res []audit.Result) {
 	defer func() {
 		if r := recover(); r != nil {

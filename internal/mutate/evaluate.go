@@ -72,7 +72,27 @@ type Outcome struct {
 // changed the object. Other mutating admission (webhooks, built-in plugins) is not run.
 //
 // Evaluate never fails: what the API server would refuse is an error result, and obj is not modified.
-func (s *Set) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) (out Outcome) {
+func (s *Set) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) Outcome {
+	return s.evaluate(ctx, gvr, obj, false)
+}
+
+// EvaluateCreate judges obj as the CREATE of a new object, as the API server judges `kubectl apply` of an
+// object it does not hold yet (kubectl celaudit check judges manifests so): policies whose bindings match only
+// UPDATE do not apply. Otherwise it is Evaluate.
+func (s *Set) EvaluateCreate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) Outcome {
+	return s.evaluate(ctx, gvr, obj, true)
+}
+
+// operations returns the requests an object may be judged as, in order of preference: a stored object meets
+// the policies on its next UPDATE, else on a re-create; a new object (create) on its CREATE.
+func operations(create bool) []admission.Operation {
+	if create {
+		return []admission.Operation{admission.Create}
+	}
+	return []admission.Operation{admission.Update, admission.Create}
+}
+
+func (s *Set) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, create bool) (out Outcome) {
 	defer func() {
 		if r := recover(); r != nil {
 			message := fmt.Sprintf("internal error evaluating mutating admission policies: %v", r)
@@ -88,7 +108,7 @@ func (s *Set) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj
 	}
 	gvk := obj.GroupVersionKind()
 	o := s.types.objectInterfaces(gvk, s.deps.Resolver)
-	e := &evaluation{set: s, gvr: gvr, gvk: gvk, stored: obj, o: o}
+	e := &evaluation{set: s, gvr: gvr, gvk: gvk, stored: obj, o: o, ops: operations(create)}
 	out.Operation, out.Results = e.operation()
 	if out.Operation == "" {
 		return Outcome{}
@@ -124,12 +144,14 @@ type evaluation struct {
 	gvk    schema.GroupVersionKind
 	stored *unstructured.Unstructured
 	o      admission.ObjectInterfaces
+	// ops are the requests the object may be judged as, the first that some policy matches.
+	ops []admission.Operation
 }
 
 // operation returns the request the object is judged as, and an empty result for each policy that some of
 // its bindings match for it (they are filled in by outcome).
 func (e *evaluation) operation() (admission.Operation, []Result) {
-	for _, op := range []admission.Operation{admission.Update, admission.Create} {
+	for _, op := range e.ops {
 		attrs := e.matchAttributes(op)
 		var matched []Result
 		for _, h := range e.set.hooks {
@@ -342,7 +364,7 @@ func (e *evaluation) redaction(final map[string]any) redaction {
 	if r.secret {
 		data, stringData := map[string]any{}, map[string]any{}
 		for i, content := range []map[string]any{e.stored.Object, final} {
-			for field, into := range map[string]map[string]any{"data": data, "stringData": stringData} {
+			for field, into := range map[string]map[string]any{secretData: data, secretStringData: stringData} {
 				if m, ok := content[field].(map[string]any); ok {
 					for k, v := range m {
 						into[fmt.Sprintf("%d/%s", i, k)] = v
@@ -350,7 +372,7 @@ func (e *evaluation) redaction(final map[string]any) redaction {
 				}
 			}
 		}
-		secret := map[string]any{"data": data, "stringData": stringData}
+		secret := map[string]any{secretData: data, secretStringData: stringData}
 		if md, ok := e.stored.Object["metadata"]; ok {
 			secret["metadata"] = md
 		}
@@ -489,3 +511,35 @@ func exempt(gr schema.GroupResource) bool {
 	}
 	return false
 }
+
+// RedactedSecret returns a copy of a Secret's content with every value that its patches redact (under data,
+// stringData and the last-applied-configuration annotation) replaced by audit.RedactionMarker: the object that
+// a Secret's redacted Outcome.Patch is shown against (kubectl celaudit whatif --diff), so that no value of it
+// is shown. content must be unstructured JSON.
+func RedactedSecret(content map[string]any) map[string]any {
+	out := runtime.DeepCopyJSON(content)
+	for _, field := range []string{secretData, secretStringData} {
+		if m, ok := out[field].(map[string]any); ok {
+			for k := range m {
+				m[k] = audit.RedactionMarker
+			}
+		}
+	}
+	if md, ok := out["metadata"].(map[string]any); ok {
+		if ann, ok := md["annotations"].(map[string]any); ok {
+			if _, ok := ann[lastApplied]; ok {
+				ann[lastApplied] = audit.RedactionMarker
+			}
+		}
+	}
+	return out
+}
+
+// The fields of a Secret that hold its values.
+const (
+	secretData       = "data"
+	secretStringData = "stringData"
+)
+
+// lastApplied is the annotation in which kubectl apply keeps the object it applied, a Secret's values included.
+const lastApplied = "kubectl.kubernetes.io/last-applied-configuration"

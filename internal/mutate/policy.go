@@ -3,6 +3,7 @@ package mutate
 import (
 	"context"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 
@@ -42,6 +43,12 @@ type Defaults struct {
 	Category string
 	// Severity when the policy has no valid severity annotation; audit.SeverityMedium when empty.
 	Severity string
+	// FullPatch puts the whole patch of a policy's change in PropPatch, never cut (PropPatchTruncated is then
+	// never set): for output that is not a report of bounded size, such as kubectl celaudit whatif -o yaml.
+	FullPatch bool
+	// Create judges every object as the CREATE of a new object (see Set.EvaluateCreate) rather than as the next
+	// write of a stored one: kubectl celaudit check judges manifests about to be applied so.
+	Create bool
 }
 
 // Policy is one MutatingAdmissionPolicy of a Set as an audit.Policy: its result on an object is read from the
@@ -54,6 +61,8 @@ type Policy struct {
 	resources []schema.GroupVersionResource
 	category  string
 	severity  string
+	fullPatch bool
+	create    bool
 }
 
 var (
@@ -78,9 +87,11 @@ func (s *Set) Policies(defaults Defaults) []*Policy {
 		out = append(out, &Policy{
 			set:       s,
 			key:       audit.MAPKey(h.Policy.Name),
-			resources: s.resources(h),
+			resources: s.resources(h, defaults.Create),
 			category:  ann.CategoryOr(defaultCategory),
 			severity:  ann.SeverityOr(defaultSeverity),
+			fullPatch: defaults.FullPatch,
+			create:    defaults.Create,
 		})
 	}
 	return out
@@ -103,13 +114,20 @@ func (p *Policy) Severity() string { return p.severity }
 // Evaluate implements audit.Policy: the policy's result in the Set's evaluation of obj (see Set.Evaluate),
 // none when the policy does not apply to the request the object is judged as.
 func (p *Policy) Evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) []audit.Result {
-	out := p.set.shared(ctx, gvr, obj)
+	out := p.Outcome(ctx, gvr, obj)
 	for _, r := range out.Results {
 		if r.Policy == p.key.Name {
 			return []audit.Result{p.result(r, obj)}
 		}
 	}
 	return nil
+}
+
+// Outcome returns the evaluation of the whole Set on obj that the policy's result is read from (computed
+// once per object evaluation, see audit.ObjectCache): Outcome.Patch turns obj into the object as every
+// policy of the Set leaves it, which kubectl celaudit shows (whatif --diff, check --mutate).
+func (p *Policy) Outcome(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) Outcome {
+	return p.set.shared(ctx, gvr, obj, p.create)
 }
 
 func (p *Policy) result(r Result, obj *unstructured.Unstructured) audit.Result {
@@ -120,11 +138,16 @@ func (p *Policy) result(r Result, obj *unstructured.Unstructured) audit.Result {
 	if len(r.Fields) > 0 {
 		props[PropFields] = strings.Join(r.Fields, ",")
 	}
-	if r.Patch != "" {
+	switch {
+	case p.fullPatch && len(r.FullPatch) > 0:
+		if full, _, err := BoundedPatch(r.FullPatch, math.MaxInt); err == nil {
+			props[PropPatch] = full
+		}
+	case r.Patch != "":
 		props[PropPatch] = r.Patch
-	}
-	if r.PatchTruncated {
-		props[PropPatchTruncated] = "true"
+		if r.PatchTruncated {
+			props[PropPatchTruncated] = "true"
+		}
 	}
 	return audit.Result{
 		Policy:       p.key.Name,
@@ -141,14 +164,15 @@ func (p *Policy) result(r Result, obj *unstructured.Unstructured) audit.Result {
 
 // sharedKey identifies one Set's evaluation of an object read at a resource in an audit.ObjectCache.
 type sharedKey struct {
-	set *Set
-	gvr schema.GroupVersionResource
+	set    *Set
+	gvr    schema.GroupVersionResource
+	create bool
 }
 
 // shared returns the Set's evaluation of obj, computed once per object evaluation (see audit.ObjectCache).
-func (s *Set) shared(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured) Outcome {
-	return audit.ObjectCacheFrom(ctx).Get(sharedKey{set: s, gvr: gvr}, func() any {
-		return s.Evaluate(ctx, gvr, obj)
+func (s *Set) shared(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, create bool) Outcome {
+	return audit.ObjectCacheFrom(ctx).Get(sharedKey{set: s, gvr: gvr, create: create}, func() any {
+		return s.evaluate(ctx, gvr, obj, create)
 	}).(Outcome)
 }
 
@@ -156,8 +180,8 @@ func (s *Set) shared(ctx context.Context, gvr schema.GroupVersionResource, obj *
 // (vap.Policy.Resources): per class of equivalent served resources, UPDATE first, then CREATE (the requests a
 // stored object is judged as), the resource the policy's rules name directly, else the one the API server
 // converts to. Resources that cannot be both listed and watched, the admission policy kinds and celaudit's
-// own reports (unless a rule names them) are left out.
-func (s *Set) resources(h mutating.PolicyHook) []schema.GroupVersionResource {
+// own reports (unless a rule names them) are left out. With create, only CREATE is planned (see Defaults.Create).
+func (s *Set) resources(h mutating.PolicyHook, create bool) []schema.GroupVersionResource {
 	if s.deps.Resolver == nil || h.Policy.Spec.MatchConstraints == nil {
 		return nil
 	}
@@ -180,7 +204,7 @@ func (s *Set) resources(h mutating.PolicyHook) []schema.GroupVersionResource {
 	reports := vap.NamesReports(constraints...)
 
 	planned := map[string]schema.GroupVersionResource{}
-	for _, op := range []admission.Operation{admission.Update, admission.Create} {
+	for _, op := range operations(create) {
 		direct, converted := s.planOperation(op, served, readable, reports, planned, definitionAccessor, bindings)
 		maps.Copy(planned, converted)
 		maps.Copy(planned, direct)

@@ -3,6 +3,7 @@ package mutate
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -112,5 +113,68 @@ func TestPolicyResults(t *testing.T) {
 	// On an UPDATE a CREATE-only binding does not apply: no result, as no change.
 	if r, ok := got["c-create"]; ok {
 		t.Errorf("c-create has a result on an UPDATE: %+v", r)
+	}
+}
+
+// TestPolicyOptions checks the options of front ends: the whole patch (whatif -o yaml) and judging objects as
+// new ones (check).
+func TestPolicyOptions(t *testing.T) {
+	long := strings.Repeat("x", MaxPatchBytes)
+	set := newSet(t,
+		policy("a-update", "configmaps", "UPDATE", "", applyConfig(`Object{metadata: Object.metadata{labels: {"team": "`+long+`"}}}`)),
+		binding("a-update"),
+		policy("b-create", "configmaps", "CREATE", "", applyConfig(teamLabel)),
+		binding("b-create"),
+	)
+	wholePatch := `[{"op":"add","path":"/metadata/labels","value":{"team":"` + long + `"}}]`
+	cases := []struct {
+		name     string
+		defaults Defaults
+		// want holds the properties expected of each policy's result; a policy missing gives none.
+		want          map[string]map[string]string
+		wantResources map[string]int
+	}{{
+		name:          "stored objects: the UPDATE, the patch cut",
+		defaults:      Defaults{},
+		want:          map[string]map[string]string{"a-update": {audit.PropOperation: "UPDATE", PropPatch: "[]", PropPatchTruncated: "true"}},
+		wantResources: map[string]int{"a-update": 1, "b-create": 1},
+	}, {
+		name:          "the whole patch",
+		defaults:      Defaults{FullPatch: true},
+		want:          map[string]map[string]string{"a-update": {audit.PropOperation: "UPDATE", PropPatch: wholePatch, PropPatchTruncated: ""}},
+		wantResources: map[string]int{"a-update": 1, "b-create": 1},
+	}, {
+		name:     "new objects: the CREATE",
+		defaults: Defaults{Create: true},
+		want: map[string]map[string]string{"b-create": {audit.PropOperation: "CREATE",
+			PropPatch: `[{"op":"add","path":"/metadata/labels","value":{"team":"blue"}}]`}},
+		wantResources: map[string]int{"a-update": 0, "b-create": 1},
+	}}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ctx := audit.WithObjectCache(context.Background(), &audit.ObjectCache{})
+			obj := object(t, bareConfigMap)
+			for _, p := range set.Policies(c.defaults) {
+				if got, want := len(p.Resources()), c.wantResources[p.Key().Name]; got != want {
+					t.Errorf("%s: %d resources, want %d", p.Key().Name, got, want)
+				}
+				res := p.Evaluate(ctx, configMapsGVR, obj)
+				want, ok := c.want[p.Key().Name]
+				if !ok {
+					if len(res) != 0 {
+						t.Errorf("%s: results %+v, want none", p.Key().Name, res)
+					}
+					continue
+				}
+				if len(res) != 1 || res[0].Verdict != audit.Warn {
+					t.Fatalf("%s: results %+v, want one warn", p.Key().Name, res)
+				}
+				for k, v := range want {
+					if res[0].Properties[k] != v {
+						t.Errorf("%s: property %s = %.80q, want %.80q", p.Key().Name, k, res[0].Properties[k], v)
+					}
+				}
+			}
+		})
 	}
 }

@@ -7,6 +7,7 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/mutate"
 )
 
 // Property keys and values a what-if run adds to results.
@@ -46,7 +47,8 @@ func escalated(t audit.Result, proposed []audit.Result) bool {
 }
 
 // sameFinding reports whether two results of one policy on one object are the same finding: the same verdict
-// and message at the same field, through the same binding, param, CRD version and pod template. The rule's
+// and message at the same field, through the same binding, param, CRD version and pod template, and for a
+// MutatingAdmissionPolicy with the same patch. The rule's
 // identity is left out, since it is its position (a CRD revision that drops a rule renumbers the others),
 // and so are the binding's operation and validationActions: switching a binding from Warn to Deny turns a
 // warn into a fail, a new finding, through the verdict alone.
@@ -54,7 +56,7 @@ func sameFinding(a, b audit.Result) bool {
 	if a.Verdict != b.Verdict || a.Message != b.Message {
 		return false
 	}
-	for _, k := range []string{audit.PropFieldPath, audit.PropBinding, audit.PropParam, audit.PropCRDVersion, audit.PropPodTemplate} {
+	for _, k := range []string{audit.PropFieldPath, audit.PropBinding, audit.PropParam, audit.PropCRDVersion, audit.PropPodTemplate, mutate.PropPatch} {
 		if a.Properties[k] != b.Properties[k] {
 			return false
 		}

@@ -1,6 +1,7 @@
 // Package whatif predicts what a proposed change to a cluster's validation would reject among the objects
 // already stored: a new revision of a CustomResourceDefinition, ValidatingAdmissionPolicies and their
-// bindings, AuditPolicies, param objects, or a live binding switched to other validationActions.
+// bindings, AuditPolicies, param objects, or a live binding switched to other validationActions; and what
+// proposed MutatingAdmissionPolicies would change in them.
 //
 // The proposal overlays the live cluster: a proposed object replaces the live one of its kind and name (a
 // binding, a param object, a namespace), and everything else is read as it is. Each policy the proposal
@@ -22,6 +23,11 @@
 // will convert them once the CRD is applied: upstream's converter for conversion None, then pruning by the
 // new version's schema. What cannot be read that way (a webhook conversion) and a version objects are stored
 // in that the proposal stops serving are told in Outcome.Notes.
+//
+// Proposed MutatingAdmissionPolicies and their bindings are evaluated as a chain (see mapPairs): today's and the
+// proposed one, each bound as a whole, since a policy's result depends on the policies before it. Their results
+// compare as the others do (the same drift is the same finding only with the same patch), and
+// Options.Mutations keeps, per stored object the proposed chain would change, the object and the patch.
 //
 // The package reads the cluster only through a Lister of LIST pages and the views it is given; it writes
 // nothing.

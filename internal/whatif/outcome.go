@@ -14,6 +14,7 @@ import (
 
 	"github.com/celaudit/celaudit/api/wgpolicyk8s/v1alpha2"
 	"github.com/celaudit/celaudit/internal/audit"
+	"github.com/celaudit/celaudit/internal/engine"
 	"github.com/celaudit/celaudit/internal/report"
 )
 
@@ -56,6 +57,11 @@ type Outcome struct {
 	notes     map[string]annotation // by result ID, for the listed results
 	// versionNotes say what the proposal changes about the versions stored objects are read in (see planReads).
 	versionNotes []string
+	// pairNotes say what the results of some pairs cannot show (see Pair.note).
+	pairNotes []string
+	// keepMutations says to keep mutations (see Options.Mutations).
+	keepMutations bool
+	mutations     []Mutation
 }
 
 func newOutcome(pairs []*Pair, list []audit.Verdict) *Outcome {
@@ -63,6 +69,9 @@ func newOutcome(pairs []*Pair, list []audit.Verdict) *Outcome {
 		listed: map[audit.Verdict]bool{}}
 	for _, p := range pairs {
 		o.summaries[p.Key] = &Summary{Key: p.Key}
+		if p.note != "" {
+			o.pairNotes = append(o.pairNotes, p.note)
+		}
 	}
 	for _, v := range list {
 		o.listed[v] = true
@@ -81,6 +90,7 @@ type accumulator struct {
 	results   []audit.Result
 	passes    map[string]map[string]int // namespace -> uid -> passes
 	notes     map[string]annotation
+	mutations []Mutation
 }
 
 func newAccumulator(out *Outcome) *accumulator {
@@ -98,7 +108,13 @@ func (a *accumulator) summary(key audit.PolicyKey) *Summary {
 
 // object evaluates one object and keeps what the outcome needs of it.
 func (a *accumulator) object(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, covs []coverage) {
-	evaluated := evaluateObject(ctx, gvr, obj, covs)
+	o := engine.NewObject(gvr, obj)
+	evaluated := evaluateObject(ctx, o, gvr, obj, covs)
+	if a.out.keepMutations {
+		if m, ok := mutationOf(ctx, o, gvr, obj, covs); ok {
+			a.mutations = append(a.mutations, m)
+		}
+	}
 	hasOthers := false
 	for _, e := range evaluated {
 		for _, r := range e.proposed {
@@ -174,6 +190,7 @@ func (o *Outcome) merge(a *accumulator) {
 	for id, n := range a.notes {
 		o.notes[id] = n
 	}
+	o.mutations = append(o.mutations, a.mutations...)
 }
 
 // finish sorts the rows: by policy, object, whatif (new first), rule and message.
@@ -195,7 +212,19 @@ func (o *Outcome) finish() {
 			strings.Compare(a.Result.Properties[audit.PropParam], b.Result.Properties[audit.PropParam]),
 		)
 	})
+	slices.SortFunc(o.mutations, func(a, b Mutation) int {
+		return cmp.Or(
+			cmp.Compare(a.Object.GetNamespace(), b.Object.GetNamespace()),
+			cmp.Compare(a.Object.GetName(), b.Object.GetName()),
+			cmp.Compare(a.Object.GetKind(), b.Object.GetKind()),
+			cmp.Compare(a.Object.GetAPIVersion(), b.Object.GetAPIVersion()),
+		)
+	})
 }
+
+// Mutations returns the stored objects the proposed MutatingAdmissionPolicies would change, with the patch of
+// each, sorted by namespace, name and kind; none unless Options.Mutations asked for them.
+func (o *Outcome) Mutations() []Mutation { return o.mutations }
 
 // Summaries returns the counts of each policy, sorted by key.
 func (o *Outcome) Summaries() []Summary {
@@ -213,7 +242,7 @@ func (o *Outcome) Rows() []Row { return o.rows }
 // Notes says what the proposal changes about the versions the stored objects are read in that the results
 // do not show: a version objects are stored in that it stops serving, a version it serves whose objects
 // could not be evaluated.
-func (o *Outcome) Notes() []string { return o.versionNotes }
+func (o *Outcome) Notes() []string { return append(slices.Clone(o.versionNotes), o.pairNotes...) }
 
 // Reports returns the reports the operator would write for the proposed policies once the proposal is
 // applied: built by report.BuildCounted from the proposal's results, as the operator builds them, so that

@@ -15,6 +15,7 @@ import (
 	"github.com/celaudit/celaudit/internal/audit"
 	"github.com/celaudit/celaudit/internal/auditpolicy"
 	"github.com/celaudit/celaudit/internal/engine"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/vap"
 	"github.com/celaudit/celaudit/internal/views"
 )
@@ -27,7 +28,12 @@ type Live struct {
 	VAPs          []*admissionregistrationv1.ValidatingAdmissionPolicy
 	Bindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	AuditPolicies []*v1alpha1.AuditPolicy
-	// Views read the live cluster's resources, namespaces and params.
+	// MAPs and MAPBindings hold every live MutatingAdmissionPolicy and binding: the chain of today.
+	MAPs        []*admissionregistrationv1.MutatingAdmissionPolicy
+	MAPBindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
+	// Views read the live cluster's resources, namespaces and params; Views.CRDs holds every live CRD when
+	// the proposal holds MutatingAdmissionPolicies or their bindings (their changes are merged with the
+	// schemas).
 	Views engine.Views
 }
 
@@ -49,6 +55,8 @@ type Pair struct {
 	// crd is the proposed CRD and the live one, for the pair of a proposed CRD: the versions its objects
 	// can be read in.
 	crd crdRevision
+	// note is told in Outcome.Notes: what the results cannot show.
+	note string
 }
 
 // updateJudge decides the onUpdate property of the rejecting results of one object under a proposed policy.
@@ -65,12 +73,15 @@ type Compiler interface {
 	CRD(crd *apiextensionsv1.CustomResourceDefinition) audit.Policy
 	VAP(policy *admissionregistrationv1.ValidatingAdmissionPolicy) *vap.Compiled
 	AuditPolicy(ap *v1alpha1.AuditPolicy) (*vap.Compiled, *admissionregistrationv1.ValidatingAdmissionPolicyBinding)
+	MAP(policy *admissionregistrationv1.MutatingAdmissionPolicy) *mutate.Compiled
+	BindMAPs(compiled []*mutate.Compiled, bindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding, views engine.Views) []audit.Policy
 }
 
 var _ Compiler = engine.Compiler{}
 
 // Plan compiles every policy the proposal touches, today and under the proposal: the proposed CRDs,
-// ValidatingAdmissionPolicies and AuditPolicies; the live policies whose bindings the proposal adds,
+// ValidatingAdmissionPolicies, AuditPolicies and MutatingAdmissionPolicies (see mapPairs); the live policies
+// whose bindings the proposal adds,
 // replaces or switches (sw, which may be nil); and the live policies whose param kind the proposal holds
 // objects of. Under the proposal, policies read namespaces and params through the live views overlaid with
 // the proposed objects, and are bound to the live bindings with the proposed ones in place of those of the
@@ -88,6 +99,7 @@ func Plan(c Compiler, live Live, p *Proposal, sw *Switch) ([]*Pair, error) {
 	pairs := pl.crdPairs()
 	pairs = append(pairs, pl.vapPairs()...)
 	pairs = append(pairs, pl.auditPolicyPairs()...)
+	pairs = append(pairs, pl.mapPairs()...)
 	if problems := append(pl.problems, pl.compileProblems()...); len(problems) > 0 {
 		return nil, &InputError{Problems: problems}
 	}
@@ -114,6 +126,7 @@ type planner struct {
 	crds          map[*apiextensionsv1.CustomResourceDefinition]audit.Policy
 	vaps          map[*admissionregistrationv1.ValidatingAdmissionPolicy]*vap.Compiled
 	auditPolicies map[*v1alpha1.AuditPolicy]compiledAuditPolicy
+	maps          map[*admissionregistrationv1.MutatingAdmissionPolicy]*mutate.Compiled
 }
 
 // compiledAuditPolicy is an AuditPolicy compiled as the ValidatingAdmissionPolicy it stands for, with the
@@ -141,6 +154,7 @@ func newPlanner(c Compiler, live Live, p *Proposal, sw *Switch) (*planner, error
 		crds:          map[*apiextensionsv1.CustomResourceDefinition]audit.Policy{},
 		vaps:          map[*admissionregistrationv1.ValidatingAdmissionPolicy]*vap.Compiled{},
 		auditPolicies: map[*v1alpha1.AuditPolicy]compiledAuditPolicy{},
+		maps:          map[*admissionregistrationv1.MutatingAdmissionPolicy]*mutate.Compiled{},
 	}
 	if pl.bindings, pl.affected, err = proposedBindings(live.Bindings, p, sw); err != nil {
 		pl.problems = append(pl.problems, err.Error())

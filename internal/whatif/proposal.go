@@ -13,6 +13,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/kubernetes/pkg/apis/admissionregistration"
+	admissionregistrationinstall "k8s.io/kubernetes/pkg/apis/admissionregistration/install"
+	admissionregistrationvalidation "k8s.io/kubernetes/pkg/apis/admissionregistration/validation"
 
 	"github.com/celaudit/celaudit/api/audit/v1alpha1"
 	"github.com/celaudit/celaudit/internal/manifests"
@@ -24,6 +28,9 @@ type Proposal struct {
 	VAPs          []*admissionregistrationv1.ValidatingAdmissionPolicy
 	Bindings      []*admissionregistrationv1.ValidatingAdmissionPolicyBinding
 	AuditPolicies []*v1alpha1.AuditPolicy
+	// MAPs and MAPBindings are the proposed MutatingAdmissionPolicies and their bindings.
+	MAPs        []*admissionregistrationv1.MutatingAdmissionPolicy
+	MAPBindings []*admissionregistrationv1.MutatingAdmissionPolicyBinding
 	// Objects are the other proposed objects: param objects and namespaces, which the proposed and live
 	// policies read instead of the live ones of the same kind and name.
 	Objects []*unstructured.Unstructured
@@ -115,6 +122,16 @@ func (p *Proposal) add(obj *unstructured.Unstructured, served func(schema.GroupV
 		if err = decodeStrict(obj, gvk, v1alpha1.GroupVersion, ap); err == nil {
 			p.AuditPolicies = append(p.AuditPolicies, ap)
 		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicy").GroupKind():
+		m := &admissionregistrationv1.MutatingAdmissionPolicy{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, m); err == nil {
+			p.MAPs = append(p.MAPs, m)
+		}
+	case gvk.GroupKind() == admissionregistrationv1.SchemeGroupVersion.WithKind("MutatingAdmissionPolicyBinding").GroupKind():
+		b := &admissionregistrationv1.MutatingAdmissionPolicyBinding{}
+		if err = decodeStrict(obj, gvk, admissionregistrationv1.SchemeGroupVersion, b); err == nil {
+			p.MAPBindings = append(p.MAPBindings, b)
+		}
 	case served(gvk) || proposedKinds[gvk]:
 		p.Objects = append(p.Objects, obj)
 	default:
@@ -203,4 +220,41 @@ func internalCRD(scheme *runtime.Scheme, crd *apiextensionsv1.CustomResourceDefi
 		return nil, err
 	}
 	return out, nil
+}
+
+// ValidateMAPs checks each proposed MutatingAdmissionPolicy and binding as the API server validates its
+// creation (required fields, expressions that compile): one it would reject cannot be rolled out, and is a
+// problem of the returned *InputError.
+func (p *Proposal) ValidateMAPs() error {
+	scheme := runtime.NewScheme()
+	admissionregistrationinstall.Install(scheme)
+	var problems []string
+	add := func(kind, name string, errs field.ErrorList, err error) {
+		if err != nil {
+			errs = append(errs, field.InternalError(nil, err))
+		}
+		if len(errs) > 0 {
+			problems = append(problems, fmt.Sprintf("%s: the API server would reject %s %s: %v", p.source(kind, name), kind, name, errs.ToAggregate()))
+		}
+	}
+	for _, m := range p.MAPs {
+		internal := &admissionregistration.MutatingAdmissionPolicy{}
+		err := internalOf(scheme, m.DeepCopy(), internal)
+		add("MutatingAdmissionPolicy", m.Name, admissionregistrationvalidation.ValidateMutatingAdmissionPolicy(internal), err)
+	}
+	for _, b := range p.MAPBindings {
+		internal := &admissionregistration.MutatingAdmissionPolicyBinding{}
+		err := internalOf(scheme, b.DeepCopy(), internal)
+		add("MutatingAdmissionPolicyBinding", b.Name, admissionregistrationvalidation.ValidateMutatingAdmissionPolicyBinding(internal), err)
+	}
+	if len(problems) > 0 {
+		return &InputError{Problems: problems}
+	}
+	return nil
+}
+
+// internalOf defaults obj as the API server stores it and converts it into the internal version.
+func internalOf(scheme *runtime.Scheme, obj, into runtime.Object) error {
+	scheme.Default(obj)
+	return scheme.Convert(obj, into, nil)
 }

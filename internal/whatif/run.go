@@ -44,6 +44,9 @@ type Options struct {
 	// List holds the verdicts whose results are kept whole (for rows and reports); the others are only
 	// counted. Passes are kept only when listed, so that memory does not grow with the objects read.
 	List []audit.Verdict
+	// Mutations keeps, for each stored object the proposed MutatingAdmissionPolicies would change, the object
+	// and the patch (Outcome.Mutations): memory then grows with the objects changed.
+	Mutations bool
 }
 
 // Run reads, page by page, every stored object some pair covers and evaluates it under each pair's policy
@@ -57,6 +60,7 @@ func Run(ctx context.Context, lister Lister, served func(schema.GroupVersionReso
 	opts.PageSize = cmp.Or(opts.PageSize, DefaultPageSize)
 	idx := newIndex(pairs)
 	out := newOutcome(pairs, opts.List)
+	out.keepMutations = opts.Mutations
 	reads, notes := planReads(pairs, idx.resources, served)
 	out.versionNotes = notes
 	for _, gvr := range idx.resources {
@@ -212,9 +216,8 @@ type objectResults struct {
 	fixed    []audit.Result
 }
 
-// evaluateObject evaluates obj under every pair covering gvr and compares the results.
-func evaluateObject(ctx context.Context, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, covs []coverage) []objectResults {
-	o := engine.NewObject(gvr, obj)
+// evaluateObject evaluates obj, prepared as o, under every pair covering gvr and compares the results.
+func evaluateObject(ctx context.Context, o engine.Object, gvr schema.GroupVersionResource, obj *unstructured.Unstructured, covs []coverage) []objectResults {
 	out := make([]objectResults, 0, len(covs))
 	for _, c := range covs {
 		var today, proposed []audit.Result
