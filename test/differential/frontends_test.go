@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -49,6 +50,18 @@ func TestFrontendsAgree(t *testing.T) {
 		{"pass fe-a/Widget/even widgets.frontends.example.com: "},
 		{"warn fe-c/ConfigMap/odd fe-sized: size must be a number [binding=fe-sized "},
 		{"pass fe-b/ConfigMap/big fe-sized: ", "binding=fe-sized"},
+		// MutatingAdmissionPolicies: drift on UPDATE, as the stored objects' next write would get it.
+		{`warn fe-a/ConfigMap/small fe-team-label: UPDATE would change metadata.labels["fe-team"] [`,
+			`patch=[{"op":"add","path":"/metadata/labels/fe-team","value":"set"}]`, "operation=UPDATE", "policyKind=MutatingAdmissionPolicy",
+			`category="MutatingAdmissionPolicy"`},
+		{`warn fe-c/ConfigMap/odd fe-team-label: UPDATE would change metadata.labels["fe-team"] [`},
+		{`warn fe-a/ConfigMap/big fe-team-label: UPDATE would change metadata.labels["fe-team"] [`,
+			`patch=[{"op":"add","path":"/metadata/labels","value":{"fe-team":"set"}}]`},
+		{"pass fe-b/ConfigMap/big fe-team-label: already as the policy makes it ["},
+		{"warn fe-a/Widget/even fe-owner: UPDATE would change spec.owner [", `patch=[{"op":"add","path":"/spec/owner","value":"platform"}]`,
+			`category="ownership"`, `severity="low"`},
+		{"pass fe-a/Widget/odd fe-owner: already as the policy makes it ["},
+		{"warn fe-c/Widget/huge fe-owner: UPDATE would change spec.owner ["},
 	} {
 		if !slices.ContainsFunc(fromFiles, func(r string) bool { return containsAll(r, want) }) {
 			t.Errorf("evaluating the file: no result with %q among\n%s", want, strings.Join(fromFiles, "\n"))
@@ -56,7 +69,8 @@ func TestFrontendsAgree(t *testing.T) {
 	}
 	// The ConfigMaps without a size are excluded by fe-sized's matchCondition: the API server admits them
 	// without a word, and so does every front end (the others must equal the file's results).
-	for _, excluded := range []string{" fe-a/ConfigMap/limits fe-sized: ", " fe-b/ConfigMap/limits fe-sized: "} {
+	for _, excluded := range []string{" fe-a/ConfigMap/limits fe-sized: ", " fe-b/ConfigMap/limits fe-sized: ",
+		" fe-a/ConfigMap/limits fe-team-label: ", " fe-b/ConfigMap/limits fe-team-label: "} {
 		if i := slices.IndexFunc(fromFiles, func(r string) bool { return strings.Contains(r, excluded) }); i >= 0 {
 			t.Errorf("evaluating the file: a result for an object a matchCondition excludes: %s", fromFiles[i])
 		}
@@ -210,6 +224,7 @@ func evaluateLive(t *testing.T, ctx context.Context, fixture []*unstructured.Uns
 		Resources:  resources.Resources,
 		Namespaces: views.NewLiveNamespaces(ctx, dyn),
 		Params:     views.NewLiveParams(ctx, dyn, resources.Resources, 2),
+		CRDs:       liveCRDs(t, ctx),
 	}
 	var stored []*unstructured.Unstructured
 	for _, o := range fixture {
@@ -250,6 +265,21 @@ func evaluateLive(t *testing.T, ctx context.Context, fixture []*unstructured.Uns
 		}
 	}
 	return resultLines(out)
+}
+
+// liveCRDs returns the cluster's CRDs, whose schemas a MutatingAdmissionPolicy's changes to custom resources
+// are merged with.
+func liveCRDs(t *testing.T, ctx context.Context) []*apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	var list apiextensionsv1.CustomResourceDefinitionList
+	if err := env.Client.List(ctx, &list); err != nil {
+		t.Fatal(err)
+	}
+	out := make([]*apiextensionsv1.CustomResourceDefinition, len(list.Items))
+	for i := range list.Items {
+		out[i] = &list.Items[i]
+	}
+	return out
 }
 
 // evaluateWith evaluates obj, read at gvr, with every policy of set covering gvr, as the front ends do.
