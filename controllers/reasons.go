@@ -46,6 +46,12 @@ const (
 	ReasonPromoted        = "Promoted"
 	ReasonPromotionFailed = "PromotionFailed"
 
+	// ReasonDrifted (Warning) and ReasonInShape (Normal): on a MutatingAdmissionPolicy, some stored objects
+	// would be changed by it on their next write, where at the audit before none would (or at the first
+	// complete audit after start), and again when none would any more (readiness.go).
+	ReasonDrifted = "Drifted"
+	ReasonInShape = "InShape"
+
 	// ReasonReportNameTaken (Warning): a report celaudit does not own (a PolicyReport, ClusterPolicyReport,
 	// Report or ClusterReport) holds the name of one of celaudit's, which it then writes under another name.
 	ReasonReportNameTaken = "ReportNameTaken"
