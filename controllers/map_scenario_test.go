@@ -48,15 +48,6 @@ func mutatingBinding(policy string) *admissionregistrationv1.MutatingAdmissionPo
 	}
 }
 
-// deleteAtEnd deletes objs when the test ends: the API server would go on mutating with them.
-func deleteAtEnd(t *testing.T, objs ...client.Object) {
-	t.Cleanup(func() {
-		for _, o := range objs {
-			_ = client.IgnoreNotFound(env.Client.Delete(context.Background(), o))
-		}
-	})
-}
-
 // driftLines returns the results of MutatingAdmissionPolicies in namespace ns's reports as
 // "policy verdict object: message | fields | patch", with their property policyKind checked.
 func driftLines(ctx context.Context, ns string) ([]string, error) {
@@ -135,7 +126,7 @@ func TestMutationDriftScenario(t *testing.T) {
 
 	team := mutatingPolicy("md-team", "md-drift", `Object{metadata: Object.metadata{labels: {"team": "blue"}}}`)
 	create(t, team, mutatingBinding("md-team"))
-	deleteAtEnd(t, team, mutatingBinding("md-team"))
+	deleteAfter(t, team, mutatingBinding("md-team"))
 	expectDrift(t, "md-a",
 		`md-team warn bare: UPDATE would change metadata.labels.team | metadata.labels.team | [{"op":"add","path":"/metadata/labels","value":{"team":"blue"}}]`,
 		`md-team warn other: UPDATE would change metadata.labels.team | metadata.labels.team | [{"op":"add","path":"/metadata/labels/team","value":"blue"}]`,
@@ -155,7 +146,7 @@ func TestMutationDriftScenario(t *testing.T) {
 			`Object{metadata: Object.metadata{annotations: {"team": object.metadata.labels["team"]}}} : Object{}`)
 	copier.Spec.ReinvocationPolicy = admissionregistrationv1.IfNeededReinvocationPolicy
 	create(t, copier, mutatingBinding("md-a-copy"))
-	deleteAtEnd(t, copier, mutatingBinding("md-a-copy"))
+	deleteAfter(t, copier, mutatingBinding("md-a-copy"))
 	addAnnotation := `[{"op":"add","path":"/metadata/annotations","value":{"team":"blue"}}]`
 	expectDrift(t, "md-a",
 		`md-a-copy warn bare: UPDATE would change metadata.annotations.team | metadata.annotations.team | `+addAnnotation,
@@ -183,8 +174,18 @@ func TestMutationDriftScenario(t *testing.T) {
 	expectDriftMetric(t, op, "md-team", 3)
 	expectDriftMetric(t, op, "md-a-copy", 3)
 
-	// Each object is written once: the API server applies both policies, as celaudit said it would, and
-	// every object is in shape.
+	// Once the API server applies the edited policy (a dry-run create shows it), each object is written
+	// once: the API server applies both policies, as celaudit said it would, and every object is in shape.
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		probe := labelledConfigMap("md-a", "probe", nil)
+		if err := env.Client.Create(ctx, probe, client.DryRunAll); err != nil {
+			return err
+		}
+		if probe.Labels["team"] != "red" || probe.Annotations["team"] != "red" {
+			return fmt.Errorf("the API server's policies are not the edited ones yet: labels %v, annotations %v", probe.Labels, probe.Annotations)
+		}
+		return nil
+	})
 	for _, name := range []string{"bare", "other", "labelled"} {
 		update(t, labelledConfigMap("md-a", name, nil), func(c *corev1.ConfigMap) { c.Data = map[string]string{"touched": "yes"} })
 	}
@@ -233,7 +234,7 @@ func TestMutationDriftParamsScenario(t *testing.T) {
 	binding.Spec.ParamRef = &admissionregistrationv1.ParamRef{Name: "team", Namespace: "mp-params",
 		ParameterNotFoundAction: ptr.To(admissionregistrationv1.DenyAction)}
 	create(t, policy, binding)
-	deleteAtEnd(t, policy, binding)
+	deleteAfter(t, policy, binding)
 	expectDrift(t, "mp-a",
 		`mp-team warn one: UPDATE would change metadata.labels.team | metadata.labels.team | [{"op":"add","path":"/metadata/labels","value":{"team":"green"}}]`)
 	expectDriftMetric(t, op, "mp-team", 1)
@@ -250,7 +251,7 @@ func TestMutationDriftParamsScenario(t *testing.T) {
 		t.Fatal(err)
 	}
 	create(t, mutatingBinding("mp-broken"))
-	deleteAtEnd(t, broken, mutatingBinding("mp-broken"))
+	deleteAfter(t, broken, mutatingBinding("mp-broken"))
 	envtestutil.Eventually(t, 30*time.Second, func() error {
 		lines, err := driftLines(ctx, "mp-a")
 		if err != nil {
