@@ -55,6 +55,8 @@ type mapReconciler struct {
 	Resync   time.Duration
 	Startup  *startupGate
 	Clock    clock.PassiveClock
+	// Warnings records the Warning Events of policies that do not compile.
+	Warnings *warnings
 
 	mu    sync.Mutex
 	state *mapState // replaced whole, never modified
@@ -73,6 +75,8 @@ type mapState struct {
 	resolver  *vap.StaticResolver
 	// compiled holds each policy's compilation by mutate.CacheKey.
 	compiled map[string]*mutate.Compiled
+	// names are those of the policies, bound or not.
+	names    []string
 	policies map[audit.PolicyKey]mapPolicy
 }
 
@@ -198,8 +202,10 @@ func (r *mapReconciler) bind(ctx context.Context, in mapInputs, st *mapState, si
 		if c == nil {
 			ctrl.LoggerFrom(ctx).V(1).Info("Compiling policy", "policy", audit.MAPKey(p.Name).String(), "generation", p.Generation)
 			c = r.Compiler.MAP(p)
+			r.Warnings.compileFailed(p, kindMAP, c.Problems())
 		}
 		next.compiled[key] = c
+		next.names = append(next.names, p.Name)
 		compiled = append(compiled, c)
 		byName[p.Name] = p
 	}
@@ -245,6 +251,11 @@ func (r *mapReconciler) swap(ctx context.Context, st, next *mapState) {
 	if st == nil {
 		return
 	}
+	for _, name := range st.names {
+		if !slices.Contains(next.names, name) {
+			r.Warnings.forget(kindMAP, name)
+		}
+	}
 	for key := range st.policies {
 		if _, ok := next.policies[key]; !ok {
 			r.Registry.RemovePolicy(key)
@@ -276,7 +287,7 @@ func (r *mapReconciler) resync(st *mapState, now time.Time) ctrl.Result {
 	if len(due) == 0 {
 		return requeueIn(minResyncAt(st, now), 0)
 	}
-	next := &mapState{signature: st.signature, resolver: st.resolver, compiled: st.compiled, policies: maps.Clone(st.policies)}
+	next := &mapState{signature: st.signature, resolver: st.resolver, compiled: st.compiled, names: st.names, policies: maps.Clone(st.policies)}
 	for _, key := range due {
 		p := next.policies[key]
 		p.scanned = now
@@ -413,8 +424,8 @@ func (r *mapReconciler) listAtStartup(ctx context.Context) error {
 // SetupWithManager registers the reconciler and the start-up listing with mgr. Run it with one worker (see
 // setupMAPs): every reconcile binds the whole chain.
 func (r *mapReconciler) SetupWithManager(mgr ctrl.Manager, opts ...func(*ctrl.Builder) *ctrl.Builder) error {
-	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Startup == nil {
-		return fmt.Errorf("mapReconciler needs Client, Registry, Discovery, Params, Namespaces and Startup")
+	if r.Client == nil || r.Registry == nil || r.Discovery == nil || r.Params == nil || r.Namespaces == nil || r.Startup == nil || r.Warnings == nil {
+		return fmt.Errorf("mapReconciler needs Client, Registry, Discovery, Params, Namespaces, Startup and Warnings")
 	}
 	if r.Clock == nil {
 		r.Clock = clock.RealClock{}
@@ -517,6 +528,7 @@ func setupMAPs(cfg *rest.Config, mgr ctrl.Manager, o Options, a *auditParts) (*m
 		Namespaces: namespaces,
 		Resync:     o.ResyncPeriod,
 		Startup:    a.startup,
+		Warnings:   a.warnings,
 	}
 	disc := a.discovery
 	r.Params = views.NewParams(dyn, func() vap.ResourceResolver { return disc.Snapshot() }, r.paramsChanged, o.withheldParams())

@@ -265,6 +265,19 @@ func TestMutationDriftParamsScenario(t *testing.T) {
 		}
 		return fmt.Errorf("no result %q...undefinedVariable among %q", want, lines)
 	})
+	// Its author learns it where they look.
+	envtestutil.Eventually(t, 30*time.Second, func() error {
+		events, err := clusterObjectEvents(ctx, "MutatingAdmissionPolicy", "mp-broken")
+		if err != nil {
+			return err
+		}
+		const want = "Warning CompileFailed: Not everything compiles, so the objects it covers get error results: " +
+			"spec.mutations[0].applyConfiguration.expression: compilation failed: "
+		if len(events) != 1 || !strings.HasPrefix(events[0], want) || !strings.Contains(events[0], "undefinedVariable") {
+			return fmt.Errorf("Events on MutatingAdmissionPolicy mp-broken: %q, want one %q...undefinedVariable", events, want)
+		}
+		return nil
+	})
 	expectPolicyMetrics(t, op, "map", "mp-broken", map[string]float64{
 		"celaudit_policy_matched_objects":         1,
 		"celaudit_policy_violating_objects":       0,

@@ -18,8 +18,8 @@ const (
 	ReasonNotSafeToEnforce     = "NotSafeToEnforce"
 	ReasonSafeToEnforceUnknown = "SafeToEnforceUnknown"
 
-	// ReasonCompileFailed (Warning): a CRD, ValidatingAdmissionPolicy or AuditPolicy has rules or expressions
-	// that do not compile. Also the reason of an AuditPolicy's Compiled condition (False), of its Enforced
+	// ReasonCompileFailed (Warning): a CRD, ValidatingAdmissionPolicy, AuditPolicy or MutatingAdmissionPolicy
+	// has rules or expressions that do not compile. Also the reason of an AuditPolicy's Compiled condition (False), of its Enforced
 	// condition and of its SafeToEnforce condition when it does not compile.
 	ReasonCompileFailed = "CompileFailed"
 	// ReasonPolicyNotFound (Warning): a ValidatingAdmissionPolicyBinding names a policy that does not exist.
