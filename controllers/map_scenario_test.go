@@ -290,3 +290,23 @@ func TestMutationDriftParamsScenario(t *testing.T) {
 	})
 	expectDriftMetric(t, op, "mp-broken", 0)
 }
+
+// TestMutationDriftWithoutMutatingPolicies runs the operator against an API server that does not serve
+// MutatingAdmissionPolicies, as one older than Kubernetes 1.36 does: it starts without them, says so once, and
+// completes its first audit.
+func TestMutationDriftWithoutMutatingPolicies(t *testing.T) {
+	// The API and the admission plugin that needs it are both off.
+	own := envtestutil.StartRestartableForTest(t,
+		[2]string{"runtime-config", "admissionregistration.k8s.io/v1/mutatingadmissionpolicies=false,admissionregistration.k8s.io/v1/mutatingadmissionpolicybindings=false"},
+		[2]string{"disable-admission-plugins", "MutatingAdmissionPolicy"})
+	id := own.ShippedIdentity(t)
+	logs := &logBuffer{}
+	opts := envtestutil.TestOptions()
+	opts.Logger = logs.logger()
+	op, _ := envtestutil.StartOperator(t, id.Config, opts)
+	envtestutil.WaitSettled(t, op)
+	const line = "The API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies: mutation drift is not audited"
+	if n := strings.Count(logs.String(), line); n != 1 {
+		t.Errorf("logged %q %d times, want once; logs:\n%s", line, n, logs.String())
+	}
+}
