@@ -228,10 +228,11 @@ func (r *mapReconciler) bind(ctx context.Context, in mapInputs, st *mapState, si
 }
 
 // swap registers next in place of st: every policy of the chain is set again (its results may change with
-// any other's), unless only discovery changed, which changes no result: then only newly covered resources are
-// read. Policies gone are removed, and their params no longer read.
+// any other's), unless only discovery changed in a way that changes no result (the params of every policy
+// resolve as before): then only newly covered resources are read. Policies gone are removed, and their params
+// no longer read.
 func (r *mapReconciler) swap(ctx context.Context, st, next *mapState) {
-	onlyDiscovery := st != nil && st.signature == next.signature
+	onlyDiscovery := st != nil && st.signature == next.signature && sameParamKinds(st, next)
 	for key, p := range next.policies {
 		if old, ok := st.lookup(key); ok && onlyDiscovery {
 			p.scanned = old.scanned
@@ -264,6 +265,26 @@ func (r *mapReconciler) swap(ctx context.Context, st, next *mapState) {
 			}
 		}
 	}
+}
+
+// sameParamKinds reports whether the param kinds of next's policies are served in next as in st (a policy
+// whose params are not served is an error on every object).
+func sameParamKinds(st, next *mapState) bool {
+	for key, p := range next.policies {
+		if p.paramKind == nil {
+			continue
+		}
+		old, ok := st.lookup(key)
+		if !ok || old.paramKind == nil || *old.paramKind != *p.paramKind {
+			return false
+		}
+		_, errOld := st.resolver.ResourceForKind(*p.paramKind)
+		_, errNew := next.resolver.ResourceForKind(*p.paramKind)
+		if (errOld == nil) != (errNew == nil) {
+			return false
+		}
+	}
+	return true
 }
 
 // lookup returns the registered policy of key; st may be nil.
