@@ -52,7 +52,7 @@ func newReportWrites() *prometheus.CounterVec {
 	}, []string{"operation"})
 }
 
-// labelSource is the label of metrics by policy source (crd, vap, auditpolicy).
+// labelSource is the label of metrics by policy source (crd, vap, auditpolicy, map).
 const labelSource = "source"
 
 // costMarkers are the texts by which the API server's evaluators say that an evaluation ran out of CEL cost:
@@ -79,7 +79,7 @@ func newAuditMetrics() *auditMetrics {
 	m := &auditMetrics{
 		evaluations: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "celaudit_evaluations_total",
-			Help: "Evaluations of one policy on one object, by the policy's source (crd, vap, auditpolicy).",
+			Help: "Evaluations of one policy on one object, by the policy's source (crd, vap, auditpolicy, map).",
 		}, []string{labelSource}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "celaudit_evaluation_errors_total",
@@ -104,7 +104,7 @@ func newAuditMetrics() *auditMetrics {
 		}, []string{"resource", "mode"}),
 		bySource: map[audit.PolicySource]sourceCounters{},
 	}
-	for _, s := range []audit.PolicySource{audit.SourceCRD, audit.SourceVAP, audit.SourceAuditPolicy} {
+	for _, s := range []audit.PolicySource{audit.SourceCRD, audit.SourceVAP, audit.SourceAuditPolicy, audit.SourceMAP} {
 		m.bySource[s] = m.countersOf(s)
 	}
 	return m

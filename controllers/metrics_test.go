@@ -58,6 +58,8 @@ func TestAuditMetricsCountEvaluations(t *testing.T) {
 		{audit.SourceAuditPolicy, []audit.Result{{Verdict: audit.Error, Message: "expression 'x' resulted in error: operation cancelled: actual cost limit exceeded"},
 			{Verdict: audit.Error, Message: "another"}}},
 		{audit.SourceAuditPolicy, []audit.Result{{Verdict: audit.Warn, Message: "mentions a cost limit exceeded but is no error"}}},
+		{audit.SourceMAP, []audit.Result{{Verdict: audit.Warn, Message: "UPDATE would change metadata.labels.team"}}},
+		{audit.SourceMAP, []audit.Result{{Verdict: audit.Error, Message: "policy 'm' with binding 'm' denied request: compilation failed"}}},
 	} {
 		m.evaluated(e.source, e.res)
 	}
@@ -66,16 +68,19 @@ func TestAuditMetricsCountEvaluations(t *testing.T) {
 # TYPE celaudit_cost_budget_exceeded_total counter
 celaudit_cost_budget_exceeded_total{source="auditpolicy"} 1
 celaudit_cost_budget_exceeded_total{source="crd"} 1
+celaudit_cost_budget_exceeded_total{source="map"} 0
 celaudit_cost_budget_exceeded_total{source="vap"} 0
 # HELP celaudit_evaluation_errors_total Evaluations that gave at least one error result, by source.
 # TYPE celaudit_evaluation_errors_total counter
 celaudit_evaluation_errors_total{source="auditpolicy"} 1
 celaudit_evaluation_errors_total{source="crd"} 1
+celaudit_evaluation_errors_total{source="map"} 1
 celaudit_evaluation_errors_total{source="vap"} 1
-# HELP celaudit_evaluations_total Evaluations of one policy on one object, by the policy's source (crd, vap, auditpolicy).
+# HELP celaudit_evaluations_total Evaluations of one policy on one object, by the policy's source (crd, vap, auditpolicy, map).
 # TYPE celaudit_evaluations_total counter
 celaudit_evaluations_total{source="auditpolicy"} 2
 celaudit_evaluations_total{source="crd"} 1
+celaudit_evaluations_total{source="map"} 2
 celaudit_evaluations_total{source="vap"} 2
 `
 	reg := prometheus.NewPedanticRegistry()

@@ -286,6 +286,8 @@ type auditParts struct {
 	progress  *auditProgress
 	// auditPolicies says whether the AuditPolicy CRD is installed.
 	auditPolicies bool
+	// mutatingPolicies says whether MutatingAdmissionPolicies are audited (see mutatingPoliciesAudited).
+	mutatingPolicies bool
 	// failures logs the failed writes of every writer once per cause, and tells them when the API server
 	// is back.
 	failures *apiFailures
@@ -302,6 +304,10 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 	if !auditPolicies {
 		s.log.Info("The AuditPolicy CRD is not installed: AuditPolicies are not audited (install config/crd and restart celaudit)")
 	}
+	mutating, err := mutatingPoliciesAudited(mgr, o, s.log)
+	if err != nil {
+		return nil, err
+	}
 	events := mgr.GetEventRecorder("celaudit")
 	m := newAuditMetrics()
 	notifier := NewNotifier()
@@ -316,7 +322,7 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 	if err != nil {
 		return nil, err
 	}
-	startup := newStartup(auditPolicies, sc, notifier, s.members)
+	startup := newStartup(auditPolicies, mutating, sc, notifier, s.members)
 	failures, err := newWriteFailures(mgr, s.log)
 	if err != nil {
 		return nil, err
@@ -324,7 +330,7 @@ func newAudit(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, started
 	return &auditParts{
 		failures: failures,
 		events:   events, warnings: &warnings{Recorder: events}, metrics: m, notifier: notifier, store: store,
-		discovery: disc, refresher: refresher, scan: sc, startup: startup, auditPolicies: auditPolicies,
+		discovery: disc, refresher: refresher, scan: sc, startup: startup, auditPolicies: auditPolicies, mutatingPolicies: mutating,
 		progress: newAuditProgress(startup, sc, notifier, started, m.firstAudit),
 	}, nil
 }
@@ -376,10 +382,13 @@ func newScan(cfg *rest.Config, mgr ctrl.Manager, o Options, log logr.Logger, sin
 // each resource is then listed once. Its opening is a Recheck of the notifier: with no policy covering any
 // resource, the first audit is done as it opens. A member of a sharded audit releases the scanner once its
 // layout is known too (see setupMembership).
-func newStartup(auditPolicies bool, sc *scan.Scanner, notifier *Notifier, members membership) *startupGate {
+func newStartup(auditPolicies, mutatingPolicies bool, sc *scan.Scanner, notifier *Notifier, members membership) *startupGate {
 	sources := []audit.PolicySource{audit.SourceCRD, audit.SourceVAP}
 	if auditPolicies {
 		sources = append(sources, audit.SourceAuditPolicy)
+	}
+	if mutatingPolicies {
+		sources = append(sources, audit.SourceMAP)
 	}
 	startup := newStartupGate(sources...)
 	startup.OnOpen(func() { releaseMember(sc, startup, members) })
@@ -402,6 +411,10 @@ func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a 
 	if err != nil {
 		return nil, nil, err
 	}
+	mutating, err := setupMAPs(cfg, members, o, a)
+	if err != nil {
+		return nil, nil, err
+	}
 	ready, err := setupReadiness(members, o, s, a.store, a.progress, vaps, a.events, a.notifier)
 	if err != nil {
 		return nil, nil, err
@@ -417,7 +430,7 @@ func setupPolicies(cfg *rest.Config, mgr ctrl.Manager, o Options, s settings, a 
 	case s.members.sharded():
 		return nil, nil, fmt.Errorf("a sharded audit needs the AuditPolicy and AuditShard CRDs (install config/crd)")
 	}
-	if err := setupNamespaces(members, o, a.scan, vaps); err != nil {
+	if err := setupNamespaces(members, o, a.scan, vaps, mutating); err != nil {
 		return nil, nil, err
 	}
 	return ready, rollups, nil
@@ -585,11 +598,15 @@ func served(mapper meta.RESTMapper, gvk schema.GroupVersionKind) (bool, error) {
 }
 
 // setupNamespaces sets up the reconciler that rescans within a namespace whose labels changed.
-func setupNamespaces(mgr ctrl.Manager, o Options, registry policyRegistry, vaps *vapReconciler) error {
+func setupNamespaces(mgr ctrl.Manager, o Options, registry policyRegistry, vaps *vapReconciler, mutating *mapReconciler) error {
+	dependents := vaps.namespaceDependents
+	if mutating != nil {
+		dependents = func() []audit.PolicyKey { return append(vaps.namespaceDependents(), mutating.namespaceDependents()...) }
+	}
 	err := (&namespaceReconciler{
 		Client:     mgr.GetClient(),
 		Registry:   registry,
-		Dependents: vaps.namespaceDependents,
+		Dependents: dependents,
 		Since:      time.Now(),
 	}).SetupWithManager(mgr, controllerOptions(o, o.Workers))
 	if err != nil {

@@ -65,6 +65,9 @@ type Options struct {
 	// AuditSecrets lets celaudit read Secrets, to audit them and as params. Off, none is ever read: a verdict
 	// on a Secret is one bit of its content, which whoever reads the verdict learns.
 	AuditSecrets bool
+	// AuditMutatingPolicies audits the cluster's MutatingAdmissionPolicies: which stored objects each one would
+	// change on their next write (mutation drift). It needs the API server to serve them (Kubernetes 1.36+).
+	AuditMutatingPolicies bool
 	// ExemptNamespaces, ExemptResources (group/resource), ExemptUsers and ExemptGroups are comma-separated
 	// exemptions added to the built-in ones: no AuditPolicy's registered pair judges them.
 	ExemptNamespaces, ExemptResources, ExemptUsers, ExemptGroups string
@@ -163,10 +166,11 @@ func DefaultOptions() Options {
 		ExcludeCRDGroups: v1alpha2.GroupVersion.Group + "," + openreportsv1alpha1.GroupName,
 		// Summing every result takes milliseconds per 100,000 objects; a few seconds bound it to a negligible
 		// share of a CPU while changes stream in.
-		ReadinessInterval: 5 * time.Second,
-		MaxReadBackoff:    time.Minute,
-		PodName:           os.Getenv("POD_NAME"),
-		PodNamespace:      os.Getenv("POD_NAMESPACE"),
+		ReadinessInterval:     5 * time.Second,
+		MaxReadBackoff:        time.Minute,
+		PodName:               os.Getenv("POD_NAME"),
+		PodNamespace:          os.Getenv("POD_NAMESPACE"),
+		AuditMutatingPolicies: true,
 	}
 }
 
@@ -197,6 +201,7 @@ func (o *Options) BindFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.PprofAddr, "pprof-bind-address", o.PprofAddr, "Address of the pprof endpoint; empty or 0 disables it.")
 	fs.BoolVar(&o.ManageAdmissionPolicies, "manage-admission-policies", o.ManageAdmissionPolicies, "Register a ValidatingAdmissionPolicy and binding for each AuditPolicy in Warn or Deny (needs the admission-policy-manager ClusterRole). Without it such policies are audited, not enforced.")
 	fs.BoolVar(&o.AuditSecrets, "audit-secrets", o.AuditSecrets, "Audit Secrets and read params of kind Secret. Off, no Secret is read: a policy covering Secrets gets one skip result saying so, and one reading Secret params an error result. On, each verdict on a Secret is one bit of its content, which readers of its namespace's report, and the policy's author through its status, Events and metrics, learn.")
+	fs.BoolVar(&o.AuditMutatingPolicies, "audit-mutating-policies", o.AuditMutatingPolicies, "Audit MutatingAdmissionPolicies: report, per stored object, whether each policy would change it on its next write, and how (mutation drift). Ignored when the API server does not serve admissionregistration.k8s.io/v1 MutatingAdmissionPolicies.")
 	fs.StringVar(&o.ExcludeCRDGroups, "exclude-crd-groups", o.ExcludeCRDGroups, "Comma-separated API groups whose CRDs are not audited.")
 	fs.StringVar(&o.ExemptNamespaces, "exempt-namespaces", o.ExemptNamespaces, "Comma-separated namespaces no AuditPolicy's admission policy judges, added to the built-in ones (kube-system, kube-node-lease, celaudit's own).")
 	fs.StringVar(&o.ExemptResources, "exempt-resources", o.ExemptResources, "Comma-separated group/resource pairs (\"/configmaps\" for the core group, \"example.com/*\" for a whole group) no AuditPolicy's admission policy judges, subresources included, added to the built-in ones.")

@@ -73,7 +73,7 @@ func (r *readErrorEvents) policyObject(ctx context.Context, key audit.PolicyKey)
 }
 
 // policyObject reads the object behind a policy, to record Events on: the CRD, the
-// ValidatingAdmissionPolicy or the AuditPolicy. It returns nil for keys of other sources, and with an error when it cannot be read.
+// ValidatingAdmissionPolicy, the AuditPolicy or the MutatingAdmissionPolicy. It returns nil for keys of other sources, and with an error when it cannot be read.
 func policyObject(ctx context.Context, reader client.Reader, key audit.PolicyKey) (client.Object, error) {
 	var obj client.Object
 	switch key.Source {
@@ -83,6 +83,8 @@ func policyObject(ctx context.Context, reader client.Reader, key audit.PolicyKey
 		obj = &admissionregistrationv1.ValidatingAdmissionPolicy{}
 	case audit.SourceAuditPolicy:
 		obj = &auditv1alpha1.AuditPolicy{}
+	case audit.SourceMAP:
+		obj = &admissionregistrationv1.MutatingAdmissionPolicy{}
 	default:
 		return nil, nil
 	}

@@ -39,6 +39,8 @@ var _ summarizer = &results.Store{}
 //   - an Event on the CRD, ValidatingAdmissionPolicy or AuditPolicy whenever the policy's safety
 //     (results.SafetyOf: True, False or Unknown) changes, and for the first complete audit after the operator
 //     starts, so that `kubectl describe` shows the current answer; never on a recompute that changes nothing;
+//   - on a MutatingAdmissionPolicy instead, an Event when its drifted objects (warn results) go from none to
+//     some, or back to none (see driftChanged);
 //   - Summary, OnChange and OnAudit for other consumers (the status of celaudit's AuditPolicies).
 //
 // It is event-driven: Changed (called through the Notifier on every change of the results and whenever the
@@ -185,6 +187,11 @@ func (r *readiness) recompute(ctx context.Context) {
 			r.record(ctx, key, d.next[key])
 		}
 	}
+	for _, key := range d.drift {
+		if !r.Share {
+			r.recordDrift(ctx, key, d.next[key].summary)
+		}
+	}
 	if len(d.changed) > 0 {
 		for _, f := range subscribers {
 			f(d.changed)
@@ -212,6 +219,32 @@ func (r *readiness) record(ctx context.Context, key audit.PolicyKey, p policyRea
 	default:
 		r.Events.Eventf(obj, nil, corev1.EventTypeNormal, ReasonSafeToEnforceUnknown, "Audit", "%s", p.safety.Message)
 	}
+}
+
+// recordDrift records on the MutatingAdmissionPolicy of key that stored objects would be changed by it on
+// their next write (Drifted), or that none would any more (InShape).
+func (r *readiness) recordDrift(ctx context.Context, key audit.PolicyKey, s results.Summary) {
+	obj, err := policyObject(ctx, r.Reader, key)
+	if obj == nil {
+		if err != nil {
+			r.Log.V(1).Info("Policy of a drift change not found", "policy", key.String(), "err", err.Error())
+		}
+		return
+	}
+	if s.Violating > 0 {
+		r.Events.Eventf(obj, nil, corev1.EventTypeWarning, ReasonDrifted, "Audit", "%s", driftNote(s))
+		return
+	}
+	r.Events.Eventf(obj, nil, corev1.EventTypeNormal, ReasonInShape, "Audit", "%s", driftNote(s))
+}
+
+// driftNote describes a MutatingAdmissionPolicy's summary in an Event note: "3 stored objects would be changed
+// by this policy on their next write (5 matched, 0 error)". Its warn results are its drifted objects.
+func driftNote(s results.Summary) string {
+	if s.Violating == 0 {
+		return fmt.Sprintf("No stored object would be changed by this policy on its next write (%d matched, %d error)", s.Matched, s.Error)
+	}
+	return fmt.Sprintf("%d stored objects would be changed by this policy on their next write (%d matched, %d error)", s.Violating, s.Matched, s.Error)
 }
 
 // readinessNote describes a summary in an Event note: "3 of 120 matched objects violate the policy (2 fail,
@@ -243,8 +276,11 @@ type readinessDecision struct {
 	// next is the new readiness of every policy.
 	next map[audit.PolicyKey]policyReadiness
 	// events lists, sorted, the policies whose readiness Event is due: their first complete audit, or their
-	// safety's status changed.
+	// safety's status changed. MutatingAdmissionPolicies have none: they enforce nothing.
 	events []audit.PolicyKey
+	// drift lists, sorted, the MutatingAdmissionPolicies whose drift Event is due: some objects drifted
+	// where none did before (or at their first complete audit), or none does any more.
+	drift []audit.PolicyKey
 	// changed lists, sorted, the policies whose summary changed, appeared or disappeared.
 	changed []audit.PolicyKey
 }
@@ -265,14 +301,20 @@ func decideReadiness(prev map[audit.PolicyKey]policyReadiness, sums map[audit.Po
 			subs = subresources(key)
 		}
 		next := policyReadiness{summary: s, safety: results.SafetyOf(s, true, subs), since: now}
+		mutating := key.Source == audit.SourceMAP
+		if mutating && driftChanged(old.summary, had, s) {
+			d.drift = append(d.drift, key)
+		}
 		switch {
 		case !had:
 			d.next[key] = next
-			d.events = append(d.events, key)
+			if !mutating {
+				d.events = append(d.events, key)
+			}
 			d.changed = append(d.changed, key)
 		case !old.summary.Equal(s) || old.safety.Status != next.safety.Status || old.safety.Reason != next.safety.Reason:
 			d.next[key] = next
-			if old.safety.Status != next.safety.Status {
+			if old.safety.Status != next.safety.Status && !mutating {
 				d.events = append(d.events, key)
 			}
 			d.changed = append(d.changed, key)
@@ -286,8 +328,19 @@ func decideReadiness(prev map[audit.PolicyKey]policyReadiness, sums map[audit.Po
 		}
 	}
 	slices.SortFunc(d.events, audit.PolicyKey.Compare)
+	slices.SortFunc(d.drift, audit.PolicyKey.Compare)
 	slices.SortFunc(d.changed, audit.PolicyKey.Compare)
 	return d
+}
+
+// driftChanged reports whether a MutatingAdmissionPolicy's drift Event is due: objects drifted (warn results
+// counted in Violating) at its first complete audit, or where none did at the last one, or none does any
+// more where some did. A policy that has no results any more (removed, or covering nothing) gets none.
+func driftChanged(prev results.Summary, had bool, now results.Summary) bool {
+	if !had {
+		return now.Violating > 0
+	}
+	return (prev.Violating > 0) != (now.Violating > 0)
 }
 
 // readinessCollector exposes each policy's summary at the last complete audit. A policy that is removed, or
@@ -300,6 +353,8 @@ type readinessCollector struct {
 	safe      *prometheus.Desc
 	// namespaces: the fail and warn results of every policy per namespace, for "where are the violations".
 	namespaces *prometheus.Desc
+	// drifted: the objects each MutatingAdmissionPolicy would change on their next write.
+	drifted *prometheus.Desc
 }
 
 func newReadinessCollector(r *readiness) *readinessCollector {
@@ -317,6 +372,9 @@ func newReadinessCollector(r *readiness) *readinessCollector {
 		namespaces: prometheus.NewDesc("celaudit_namespace_violations",
 			"Fail and warn results of all policies in a namespace (\"\" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.",
 			[]string{"namespace"}, nil),
+		drifted: prometheus.NewDesc("celaudit_mutation_drifted_objects",
+			"Stored objects each MutatingAdmissionPolicy would change on their next write (its warn results), at the last complete audit.",
+			[]string{"policy"}, nil),
 	}
 }
 
@@ -326,6 +384,7 @@ func (c *readinessCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.violating
 	ch <- c.safe
 	ch <- c.namespaces
+	ch <- c.drifted
 }
 
 func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
@@ -346,6 +405,9 @@ func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
 			safe = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.safe, prometheus.GaugeValue, safe, source, name)
+		if key.Source == audit.SourceMAP {
+			ch <- prometheus.MustNewConstMetric(c.drifted, prometheus.GaugeValue, float64(s.Violating), name)
+		}
 	}
 	byNamespace := map[string]int{}
 	for _, p := range policies {

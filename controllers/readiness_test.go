@@ -28,13 +28,16 @@ func TestDecideReadiness(t *testing.T) {
 	failing := results.Summary{Matched: 3, Judged: 3, Violating: 1, Pass: 2, Fail: 1, Namespaces: map[string]int{"n": 1}}
 	erroring := results.Summary{Matched: 3, Judged: 3, Pass: 2, Error: 1}
 	skipping := results.Summary{Matched: 3, Skip: 3}
+	// drifting is a MutatingAdmissionPolicy's: its warn results are the objects it would change.
+	drifting := results.Summary{Matched: 3, Judged: 3, Violating: 2, Pass: 1, Warn: 2, Namespaces: map[string]int{"n": 2}}
+	m := audit.MAPKey("m")
 	// ready is a policy's readiness with the safety its summary has (here: by the names above), without message.
 	safety := map[string]results.Safety{
 		"safe": {Status: metav1.ConditionTrue, Reason: "NoViolations"}, "safer": {Status: metav1.ConditionTrue, Reason: "NoViolations"},
 		"failing": {Status: metav1.ConditionFalse, Reason: "Violations"}, "erroring": {Status: metav1.ConditionFalse, Reason: "Violations"},
-		"skipping": {Status: metav1.ConditionUnknown, Reason: "Skipped"},
+		"skipping": {Status: metav1.ConditionUnknown, Reason: "Skipped"}, "drifting": {Status: metav1.ConditionFalse, Reason: "Violations"},
 	}
-	names := map[*results.Summary]string{&safe: "safe", &safer: "safer", &failing: "failing", &erroring: "erroring", &skipping: "skipping"}
+	names := map[*results.Summary]string{&safe: "safe", &safer: "safer", &failing: "failing", &erroring: "erroring", &skipping: "skipping", &drifting: "drifting"}
 	ready := func(s results.Summary, since time.Time) policyReadiness {
 		for ptr, name := range names {
 			if ptr.Equal(s) {
@@ -147,6 +150,62 @@ func TestDecideReadiness(t *testing.T) {
 			next:    map[audit.PolicyKey]policyReadiness{p: {summary: safe, safety: unknownScale, since: now}, q: ready(safe, now)},
 			events:  []audit.PolicyKey{q, p},
 			changed: []audit.PolicyKey{q, p},
+		},
+	}, {
+		name:     "a MutatingAdmissionPolicy that drifts at the first complete audit is told so, without a safety Event",
+		sums:     map[audit.PolicyKey]results.Summary{m: drifting, p: safe},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{m: ready(drifting, now), p: ready(safe, now)},
+			events:  []audit.PolicyKey{p},
+			drift:   []audit.PolicyKey{m},
+			changed: []audit.PolicyKey{m, p},
+		},
+	}, {
+		name:     "a MutatingAdmissionPolicy in shape at the first complete audit has nothing to tell",
+		sums:     map[audit.PolicyKey]results.Summary{m: safe},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{m: ready(safe, now)},
+			changed: []audit.PolicyKey{m},
+		},
+	}, {
+		name:     "a MutatingAdmissionPolicy's drifted count changes between non-zero values: no Event",
+		prev:     map[audit.PolicyKey]policyReadiness{m: ready(failing, t0)},
+		sums:     map[audit.PolicyKey]results.Summary{m: drifting},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{m: ready(drifting, now)},
+			changed: []audit.PolicyKey{m},
+		},
+	}, {
+		name:     "a MutatingAdmissionPolicy starts drifting",
+		prev:     map[audit.PolicyKey]policyReadiness{m: ready(safe, t0)},
+		sums:     map[audit.PolicyKey]results.Summary{m: drifting},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{m: ready(drifting, now)},
+			drift:   []audit.PolicyKey{m},
+			changed: []audit.PolicyKey{m},
+		},
+	}, {
+		name:     "a MutatingAdmissionPolicy's objects are all in shape again",
+		prev:     map[audit.PolicyKey]policyReadiness{m: ready(drifting, t0)},
+		sums:     map[audit.PolicyKey]results.Summary{m: safe},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{m: ready(safe, now)},
+			drift:   []audit.PolicyKey{m},
+			changed: []audit.PolicyKey{m},
+		},
+	}, {
+		name:     "a drifting MutatingAdmissionPolicy removed: no Event",
+		prev:     map[audit.PolicyKey]policyReadiness{m: ready(drifting, t0)},
+		sums:     map[audit.PolicyKey]results.Summary{},
+		complete: true,
+		want: readinessDecision{
+			next:    map[audit.PolicyKey]policyReadiness{},
+			changed: []audit.PolicyKey{m},
 		},
 	}}
 	for _, tc := range cases {

@@ -18,8 +18,8 @@ const (
 	ReasonNotSafeToEnforce     = "NotSafeToEnforce"
 	ReasonSafeToEnforceUnknown = "SafeToEnforceUnknown"
 
-	// ReasonCompileFailed (Warning): a CRD, ValidatingAdmissionPolicy or AuditPolicy has rules or expressions
-	// that do not compile. Also the reason of an AuditPolicy's Compiled condition (False), of its Enforced
+	// ReasonCompileFailed (Warning): a CRD, ValidatingAdmissionPolicy, AuditPolicy or MutatingAdmissionPolicy
+	// has rules or expressions that do not compile. Also the reason of an AuditPolicy's Compiled condition (False), of its Enforced
 	// condition and of its SafeToEnforce condition when it does not compile.
 	ReasonCompileFailed = "CompileFailed"
 	// ReasonPolicyNotFound (Warning): a ValidatingAdmissionPolicyBinding names a policy that does not exist.
@@ -45,6 +45,12 @@ const (
 	// forward by its promotion, or the write that moves it failed.
 	ReasonPromoted        = "Promoted"
 	ReasonPromotionFailed = "PromotionFailed"
+
+	// ReasonDrifted (Warning) and ReasonInShape (Normal): on a MutatingAdmissionPolicy, some stored objects
+	// would be changed by it on their next write, where at the audit before none would (or at the first
+	// complete audit after start), and again when none would any more (readiness.go).
+	ReasonDrifted = "Drifted"
+	ReasonInShape = "InShape"
 
 	// ReasonReportNameTaken (Warning): a report celaudit does not own (a PolicyReport, ClusterPolicyReport,
 	// Report or ClusterReport) holds the name of one of celaudit's, which it then writes under another name.

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/internal/crdrules"
+	"github.com/celaudit/celaudit/internal/mutate"
 	"github.com/celaudit/celaudit/internal/report"
 	"github.com/celaudit/celaudit/internal/vap"
 )
@@ -26,6 +27,7 @@ const (
 	kindVAP         = "ValidatingAdmissionPolicy"
 	kindBinding     = "ValidatingAdmissionPolicyBinding"
 	kindAuditPolicy = "AuditPolicy"
+	kindMAP         = "MutatingAdmissionPolicy"
 )
 
 // maxNoteBytes is the API server's limit on an Event's note.
@@ -39,6 +41,7 @@ type compileProblems interface {
 var (
 	_ compileProblems = &vap.Compiled{}
 	_ compileProblems = &crdrules.Policy{}
+	_ compileProblems = &mutate.Compiled{}
 )
 
 // warnings records Warning Events where users look (`kubectl describe` of a policy, a CRD or a binding) when

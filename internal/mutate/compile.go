@@ -3,6 +3,7 @@ package mutate
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +26,14 @@ type Compiled struct {
 	// paramKind is the parsed spec.paramKind; nil without one or when paramKindErr says why it does not parse.
 	paramKind    *schema.GroupVersionKind
 	paramKindErr error
+	// problems says what does not compile, in spec order (see Problems).
+	problems []string
 }
+
+// Problems returns what does not compile in the policy, in spec order ("spec.mutations[0].jsonPatch.expression:
+// compilation failed: ..."): the paramKind, matchConditions and mutations. Each evaluation of such a policy
+// fails with the API server's message; Problems is for telling its author where they look.
+func (c *Compiled) Problems() []string { return slices.Clone(c.problems) }
 
 // CacheKey identifies what Compile depends on: the policy's uid and generation.
 func CacheKey(policy *admissionregistrationv1.MutatingAdmissionPolicy) string {
@@ -44,6 +52,7 @@ func Compile(policy *admissionregistrationv1.MutatingAdmissionPolicy) (c *Compil
 		gv, err := schema.ParseGroupVersion(pk.APIVersion)
 		if err != nil {
 			c.paramKindErr = fmt.Errorf("failed to parse paramKind APIVersion: %w", err)
+			c.problems = append(c.problems, "spec.paramKind: "+c.paramKindErr.Error())
 		} else {
 			gvk := gv.WithKind(pk.Kind)
 			c.paramKind = &gvk
@@ -52,22 +61,29 @@ func Compile(policy *admissionregistrationv1.MutatingAdmissionPolicy) (c *Compil
 	defer func() {
 		if r := recover(); r != nil {
 			c.evaluator = mutating.PolicyEvaluator{Error: fmt.Errorf("internal error compiling policy: %v", r)}
+			c.problems = append(c.problems, c.evaluator.Error.Error())
 		}
 	}()
-	c.evaluator = compilePolicy(policy)
+	var problems []string
+	c.evaluator, problems = compilePolicy(policy)
+	if c.evaluator.Error != nil {
+		problems = append([]string{c.evaluator.Error.Error()}, problems...)
+	}
+	c.problems = append(c.problems, problems...)
 	return c
 }
 
 // compilePolicy is the API server's compilePolicy, with each patcher wrapped so that the evaluation can tell
-// which policy changed what (see recorder).
-func compilePolicy(policy *admissionregistrationv1.MutatingAdmissionPolicy) mutating.PolicyEvaluator {
+// which policy changed what (see recorder). It returns the compilation errors of the matchConditions and
+// mutations too, as "<field>: <error>".
+func compilePolicy(policy *admissionregistrationv1.MutatingAdmissionPolicy) (_ mutating.PolicyEvaluator, problems []string) {
 	opts := plugincel.OptionalVariableDeclarations{HasParams: policy.Spec.ParamKind != nil, HasAuthorizer: true}
 	compiler, err := plugincel.NewCompositedCompiler(environment.MustBaseEnvSet(environment.DefaultCompatibilityVersion()))
 	if err != nil {
 		return mutating.PolicyEvaluator{Error: &apiservercel.Error{
 			Type:   apiservercel.ErrorTypeInternal,
 			Detail: fmt.Sprintf("failed to initialize CEL compiler: %v", err),
-		}}
+		}}, nil
 	}
 
 	compiler.CompileAndStoreVariables(convertV1Variables(policy.Spec.Variables), opts, environment.StoredExpressions)
@@ -78,30 +94,45 @@ func compilePolicy(policy *admissionregistrationv1.MutatingAdmissionPolicy) muta
 		for i := range matchConditions {
 			accessors[i] = (*matchconditions.MatchCondition)(&matchConditions[i])
 		}
-		matcher = matchconditions.NewMatcher(compiler.CompileCondition(accessors, opts, environment.StoredExpressions),
-			policy.Spec.FailurePolicy, "policy", "validate", policy.Name)
+		conditions := compiler.CompileCondition(accessors, opts, environment.StoredExpressions)
+		for _, err := range conditions.CompilationErrors() {
+			problems = append(problems, "spec.matchConditions: "+err.Error())
+		}
+		matcher = matchconditions.NewMatcher(conditions, policy.Spec.FailurePolicy, "policy", "validate", policy.Name)
 	}
 
 	var patchers []patch.Patcher
 	patchOptions := opts
 	patchOptions.HasPatchTypes = true
-	for _, m := range policy.Spec.Mutations {
+	for i, m := range policy.Spec.Mutations {
 		switch m.PatchType {
 		case admissionregistrationv1.PatchTypeJSONPatch:
 			if m.JSONPatch != nil {
 				accessor := &patch.JSONPatchCondition{Expression: m.JSONPatch.Expression}
 				compiled := compiler.CompileMutatingEvaluator(accessor, patchOptions, environment.StoredExpressions)
+				problems = append(problems, compileProblems(fmt.Sprintf("spec.mutations[%d].jsonPatch.expression", i), compiled)...)
 				patchers = append(patchers, recordingPatcher{policy: policy.Name, inner: patch.NewJSONPatcher(compiled)})
 			}
 		case admissionregistrationv1.PatchTypeApplyConfiguration:
 			if m.ApplyConfiguration != nil {
 				accessor := &patch.ApplyConfigurationCondition{Expression: m.ApplyConfiguration.Expression}
 				compiled := compiler.CompileMutatingEvaluator(accessor, patchOptions, environment.StoredExpressions)
+				problems = append(problems, compileProblems(fmt.Sprintf("spec.mutations[%d].applyConfiguration.expression", i), compiled)...)
 				patchers = append(patchers, recordingPatcher{policy: policy.Name, inner: patch.NewApplyConfigurationPatcher(compiled)})
 			}
 		}
 	}
-	return mutating.PolicyEvaluator{Matcher: matcher, Mutators: patchers, CompositedCompiler: compiler}
+	return mutating.PolicyEvaluator{Matcher: matcher, Mutators: patchers, CompositedCompiler: compiler}, problems
+}
+
+// compileProblems returns the compilation errors of the expression at field, as "<field>: <error>".
+func compileProblems(field string, compiled plugincel.MutatingEvaluator) []string {
+	errs := compiled.CompilationErrors()
+	out := make([]string, 0, len(errs))
+	for _, err := range errs {
+		out = append(out, field+": "+err.Error())
+	}
+	return out
 }
 
 func convertV1Variables(variables []admissionregistrationv1.Variable) []plugincel.NamedExpressionAccessor {
