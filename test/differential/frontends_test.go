@@ -52,7 +52,7 @@ func TestFrontendsAgree(t *testing.T) {
 		{"pass fe-b/ConfigMap/big fe-sized: ", "binding=fe-sized"},
 		// MutatingAdmissionPolicies: drift on UPDATE, as the stored objects' next write would get it.
 		{`warn fe-a/ConfigMap/small fe-team-label: UPDATE would change metadata.labels["fe-team"] [`,
-			`patch=[{"op":"add","path":"/metadata/labels/fe-team","value":"set"}]`, "operation=UPDATE", "policyKind=MutatingAdmissionPolicy",
+			`patch=[{"op":"add","path":"/metadata/labels/fe-team","value":"set"}]`, "operation=UPDATE",
 			`category="MutatingAdmissionPolicy"`},
 		{`warn fe-c/ConfigMap/odd fe-team-label: UPDATE would change metadata.labels["fe-team"] [`},
 		{`warn fe-a/ConfigMap/big fe-team-label: UPDATE would change metadata.labels["fe-team"] [`,
