@@ -477,6 +477,24 @@ func TestAuditSecrets(t *testing.T) {
 	}
 }
 
+// MutatingAdmissionPolicies are audited unless audit.mutatingPolicies turns it off: the operator's default is on,
+// so the flag is passed only to turn it off.
+func TestAuditMutatingPolicies(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want []string
+	}{
+		{nil, nil},
+		{[]string{"--set", "audit.mutatingPolicies=true"}, nil},
+		{[]string{"--set", "audit.mutatingPolicies=false"}, []string{"--audit-mutating-policies=false"}},
+	} {
+		if got := flag(render(t, tc.args...).args(t), "audit-mutating-policies"); !slices.Equal(got, tc.want) {
+			t.Errorf("%v: --audit-mutating-policies args %v; want %v", tc.args, got, tc.want)
+		}
+	}
+}
+
 func TestDeploymentSettings(t *testing.T) {
 	t.Parallel()
 	d := render(t, "--set", "image.repository=registry.example.com/celaudit,image.tag=v1.2.3,image.pullPolicy=Always",

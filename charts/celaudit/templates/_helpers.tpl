@@ -204,6 +204,9 @@ spec:
     # Verdicts on Secrets tell their readers one bit of each Secret's content.
     - --audit-secrets
     {{- end }}
+    {{- if eq .mutatingPolicies false }}
+    - --audit-mutating-policies=false
+    {{- end }}
     {{- end }}
     {{- with .Values.kubeAPI }}
     {{- if not (kindIs "invalid" .qps) }}
