@@ -187,8 +187,8 @@ func (f fixture) testSummary(t *testing.T) {
 	code, table, _ := run(t, kubeconfig, "summary")
 	words := strings.Join(strings.Fields(table), " ")
 	for _, want := range []string{
-		"SOURCE POLICY MATCHED PASS FAIL WARN ERROR SKIP SAFE TO ENFORCE REASON auditpolicy plugin-team 4 2 0 2 0 0 False Violations " +
-			"crd auditpolicies.audit.celaudit.io - - 0 0 0 0 Unknown PassesNotListed vap plugin-owner - - 2 0 0 0 False Violations",
+		"SOURCE POLICY MATCHED PASS FAIL WARN ERROR SKIP DRIFTED SAFE TO ENFORCE REASON auditpolicy plugin-team 4 2 0 2 0 0 - False Violations " +
+			"crd auditpolicies.audit.celaudit.io - - 0 0 0 0 - Unknown PassesNotListed vap plugin-owner - - 2 0 0 0 - False Violations",
 		"5 passes are counted but not listed",
 	} {
 		if code != 0 || !strings.Contains(words, want) {
