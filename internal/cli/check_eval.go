@@ -179,8 +179,13 @@ func evaluate(ctx context.Context, in *checkInputs, rs *ruleSet, opts evalOption
 	return out, nil
 }
 
-// judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t. An object
-// the API server refuses for its size (see check_limits.go) gets that result only.
+// judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t. The API
+// server refuses a body over its size limit unread (see check_limits.go): that is the object's only result.
+// Otherwise it runs mutating admission first, then validates the object as mutating admission leaves it:
+// the MutatingAdmissionPolicies among the policies are evaluated on the object as written, every other
+// policy (CRD schemas and rules, ValidatingAdmissionPolicies, AuditPolicies) and the data limit on the
+// object as the MutatingAdmissionPolicies leave it. When a MutatingAdmissionPolicy with failurePolicy Fail
+// fails, the API server refuses the request before any validation: its error is the object's only result.
 func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r record) {
 	t.objects++
 	if refused := requestTooLarge(rs, opts, r); refused != nil {
@@ -193,7 +198,8 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 		return
 	}
 	policies := rs.set.For(res.Resource)
-	// Data add up to at most the JSON that holds them: smaller objects need no count.
+	// Data add up to at most the JSON that holds them: smaller objects need no count, unless a
+	// MutatingAdmissionPolicy changes them.
 	dataLimited := len(r.data) > admit.MaxDataBytes && admit.HasDataLimit(r.kind)
 	if len(policies) == 0 && !dataLimited {
 		t.unmatched++ // not even decoded
@@ -211,13 +217,53 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	} else if prepared.GetNamespace() == "" {
 		prepared.SetNamespace(opts.namespace)
 	}
+	mutating, validating := splitMutating(policies)
+	o := engine.NewObject(res.Resource, prepared)
+	matched := t.addAll(ctx, o, mutating, r.src, opts.list)
+	validated := prepared
+	if len(mutating) > 0 {
+		outcome, _ := o.Mutation(ctx, mutating[0]) // one chain: the first one's evaluation is every one's
+		if outcome.Denied != "" {
+			t.judged(rs, r, true) // refused by mutating admission: no validation runs
+			return
+		}
+		if opts.mutations && len(outcome.Patch) > 0 {
+			t.mutations[r.seq] = outcome.Patch
+		}
+		if mutated := outcome.Object(); mutated != nil {
+			// A new Object: its redactor is built from the mutated object, whose Secret values the
+			// policies may have set.
+			validated, o = mutated, engine.NewObject(res.Resource, mutated)
+			dataLimited = admit.HasDataLimit(r.kind)
+		}
+	}
 	if dataLimited {
-		if tooLong, size := admit.DataTooLong(prepared); tooLong != nil {
-			t.add(limitsKey, []audit.Result{sizeResult(audit.RefOf(prepared), ruleData, tooLong.Error(), size)}, r.src, opts.list)
+		if tooLong, size := admit.DataTooLong(validated); tooLong != nil {
+			t.add(limitsKey, []audit.Result{sizeResult(audit.RefOf(validated), ruleData, tooLong.Error(), size)}, r.src, opts.list)
+			if matched {
+				t.judged(rs, r, true)
+			}
 			return
 		}
 	}
-	o := engine.NewObject(res.Resource, prepared)
+	matched = t.addAll(ctx, o, validating, r.src, opts.list) || matched
+	t.judged(rs, r, matched)
+}
+
+// splitMutating returns the MutatingAdmissionPolicies among policies and the others, each in their order.
+func splitMutating(policies []audit.Policy) (mutating, validating []audit.Policy) {
+	for _, p := range policies {
+		if p.Key().Source == audit.SourceMAP {
+			mutating = append(mutating, p)
+		} else {
+			validating = append(validating, p)
+		}
+	}
+	return mutating, validating
+}
+
+// addAll adds the results of policies on o, read at src, and reports whether any policy gave one.
+func (t *tally) addAll(ctx context.Context, o engine.Object, policies []audit.Policy, src manifests.Source, list []audit.Verdict) bool {
 	matched := false
 	for _, p := range policies {
 		results := o.Evaluate(ctx, p)
@@ -225,30 +271,19 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 			continue
 		}
 		matched = true
-		t.add(p.Key(), results, r.src, opts.list)
+		t.add(p.Key(), results, src, list)
 	}
-	if opts.mutations {
-		t.mutate(ctx, o, policies, r.seq)
-	}
+	return matched
+}
+
+// judged counts a decoded object that some policy gave a result for (matched), or none.
+func (t *tally) judged(rs *ruleSet, r record, matched bool) {
 	if !matched {
 		t.unmatched++
 		return
 	}
 	if rs.preparer.Builtin(r.kind) {
 		t.builtinMatched++
-	}
-}
-
-// mutate keeps the patch of the MutatingAdmissionPolicies among policies (one chain: the first one's
-// evaluation is every one's) on the object, when they would change it.
-func (t *tally) mutate(ctx context.Context, o engine.Object, policies []audit.Policy, seq int) {
-	for _, p := range policies {
-		if out, ok := o.Mutation(ctx, p); ok {
-			if len(out.Patch) > 0 {
-				t.mutations[seq] = out.Patch
-			}
-			return
-		}
 	}
 }
 
