@@ -52,7 +52,7 @@ current kubeconfig context instead (select another with --context; --cluster is 
 kubeconfig cluster name kubectl's --cluster flag takes elsewhere).
 
 Before judging, a custom resource is pruned and defaulted by its CRD's schema and a built-in object gets the
-API server's defaults. Not applied: ` + admit.NotApplied + `. An object the API
+API server's defaults. Not applied: ` + admit.NotAppliedButPolicies + `. An object the API
 server refuses for its size (a request body over 3 MiB, a ConfigMap's or Secret's data over 1 MiB) gets that
 result only, under apiserver/request-size.
 
@@ -175,7 +175,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 	}
 	if tally.builtinMatched > 0 {
 		fmt.Fprintf(o.streams.ErrOut, "note: %d built-in objects were judged with the API server's defaults, but without %s\n",
-			tally.builtinMatched, admit.NotApplied)
+			tally.builtinMatched, rs.notApplied())
 	}
 	if o.rejects(tally) {
 		return Violations()

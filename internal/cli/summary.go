@@ -63,8 +63,9 @@ type PolicySummary struct {
 	Error   int64  `json:"error"`
 	Skip    int64  `json:"skip"`
 	// SafeToEnforce is True when the policy judged objects and none fails, warns or errors, False when some
-	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why.
-	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce"`
+	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why. Empty (left
+	// out of JSON) for a MutatingAdmissionPolicy: its warn results are drift, not objects it would refuse.
+	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce,omitempty"`
 	SafeToEnforceReason string                 `json:"safeToEnforceReason,omitempty"`
 	// Drifted counts, for a MutatingAdmissionPolicy, the stored objects it would change on their next write:
 	// its warn results (one per object). Nil for other policies.
@@ -115,6 +116,7 @@ The reports are read in whichever API the cluster holds them: PolicyReports and 
 --report-api=openreports), or both (--report-api=both), where a result listed in both APIs counts once.
 Each result is filed under the kind of policy its property policyKind names. DRIFTED counts, for each
 bound MutatingAdmissionPolicy, the stored objects it would change on their next write (its warn results).
+A MutatingAdmissionPolicy refuses nothing, so its SAFE TO ENFORCE and REASON are "-" (absent in -o json).
 
 Pass and matched counts are exact for AuditPolicies and when the reports list passes (the operator's
 --report-results includes pass); otherwise the reports only count passes in their summary and they are shown
@@ -359,6 +361,10 @@ func summarize(in summaryInputs) SummaryList {
 			pass, matched := int64(c.Pass), int64(c.Pass)+s.Fail+s.Warn+s.Error+s.Skip
 			s.Pass, s.Matched = &pass, &matched
 		}
+		if k.Source == audit.SourceMAP {
+			out.Policies = append(out.Policies, s) // never refuses an object: no safety to enforce
+			continue
+		}
 		safety := results.SafetyOf(*c, true, in.subresources[k])
 		if !passesListed && safety.Reason == results.SafetyNothingJudged {
 			// The passes are there, uncounted by policy: the policy may well have judged objects.
@@ -487,6 +493,14 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func printSummaryTable(w io.Writer, list SummaryList) error {
 	tw := printers.GetNewTabWriter(w)
 	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tDRIFTED\tSAFE TO ENFORCE\tREASON")
@@ -498,7 +512,7 @@ func printSummaryTable(w io.Writer, list SummaryList) error {
 	}
 	for _, s := range list.Policies {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
-			s.Fail, s.Warn, s.Error, s.Skip, opt(s.Drifted), s.SafeToEnforce, s.SafeToEnforceReason)
+			s.Fail, s.Warn, s.Error, s.Skip, opt(s.Drifted), orDash(string(s.SafeToEnforce)), orDash(s.SafeToEnforceReason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
