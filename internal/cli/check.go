@@ -54,12 +54,15 @@ kubeconfig cluster name kubectl's --cluster flag takes elsewhere).
 Before judging, a custom resource is pruned and defaulted by its CRD's schema and a built-in object gets the
 API server's defaults. Not applied: ` + admit.NotAppliedButPolicies + `. An object the API
 server refuses for its size (a request body over 3 MiB, a ConfigMap's or Secret's data over 1 MiB) gets that
-result only, under apiserver/request-size.
+result only (besides the MutatingAdmissionPolicies' results: the data limit is validation), under
+apiserver/request-size.
 
 MutatingAdmissionPolicies among the rules are applied to each object as to its CREATE: a warn result names
-the fields they would change. --mutate prints the objects of -f as they would leave them (multi-document
-YAML in input order, unchanged objects too; only their changes are added, not the API server's defaults; a
-Secret's values are never changed in the output), and the results table on standard error.
+the fields they would change. As on the API server, the other rules and the data limit then judge the object
+as the policies leave it; a policy with failurePolicy Fail that fails refuses it before any validation.
+--mutate prints the objects of -f as they would leave them (multi-document YAML in input order, unchanged
+objects too; only their changes are added, not the API server's defaults; a Secret's values are never
+changed in the output), and the results table on standard error.
 
 Files may hold several YAML or JSON documents and Lists; directories are walked; - reads standard input.
 Namespaced objects without a namespace are judged in --namespace (default "default"), as kubectl applies them.
