@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -74,6 +75,13 @@ func checkRefusals(t *testing.T, out string) map[string][]refusal {
 // validation: its error is the object's only refusal. No Secret value is in any of check's outputs.
 func TestCheckValidatesMutatedObjects(t *testing.T) {
 	manifests, rules := filepath.Join(checkMutateValidate, "manifests.yaml"), filepath.Join(checkMutateValidate, "rules.yaml")
+	// A ConfigMap whose data are over the API server's 1 MiB limit, its body under the 3 MiB one.
+	big := filepath.Join(t.TempDir(), "big.yaml")
+	trimmed := fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: trimmed, namespace: team-a}\ndata: {small: s, big: %s}\n",
+		strings.Repeat("x", 1100<<10))
+	if err := os.WriteFile(big, []byte(trimmed), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	const vapKind, mapKind, crdKind = "ValidatingAdmissionPolicy/", "MutatingAdmissionPolicy/", "CustomResourceDefinition/"
 	want := map[string]struct {
 		refusedBy []string // what check refuses the object for, sorted; none: admitted
@@ -90,15 +98,17 @@ func TestCheckValidatesMutatedObjects(t *testing.T) {
 		"Widget/team-a/grow": {refusedBy: []string{crdKind + "widgets.example.com"},
 			server: `spec.size: Unsupported value: "huge": supported values: "small", "large"`},
 		"Widget/team-a/steady": {},
+		// Its data are over 1 MiB until the trim policy removes the big key.
+		"ConfigMap/team-a/trimmed": {},
 		"Secret/team-a/creds": {refusedBy: []string{vapKind + "no-token"},
 			server: "ValidatingAdmissionPolicy 'no-token' with binding 'no-token' denied request: tokens are retired, rotated to rotated-swordfish-42"},
 	}
 
 	var outputs []string
 	for _, args := range [][]string{{"-o", "json"}, {}, {"--mutate"}} {
-		stdout, stderr, code := runCheck("", append([]string{"-f", manifests, "--rules", rules}, args...)...)
+		stdout, stderr, code := runCheck("", append([]string{"-f", manifests, "-f", big, "--rules", rules}, args...)...)
 		if code != ExitViolations {
-			t.Fatalf("check %v: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, ExitViolations, stdout, stderr)
+			t.Fatalf("check %v: exit code %d, want %d\nstdout:\n%s\nstderr:\n%s", args, code, ExitViolations, shorten(stdout), stderr)
 		}
 		secrets := mutateValidateSecrets
 		if slices.Contains(args, "--mutate") {
@@ -106,7 +116,7 @@ func TestCheckValidatesMutatedObjects(t *testing.T) {
 		}
 		for _, secret := range secrets {
 			if strings.Contains(stdout+stderr, secret) {
-				t.Errorf("check %v prints the Secret value %q:\n%s\n%s", args, secret, stdout, stderr)
+				t.Errorf("check %v prints the Secret value %q:\n%s\n%s", args, secret, shorten(stdout), stderr)
 			}
 		}
 		outputs = append(outputs, stdout)
@@ -135,7 +145,7 @@ func TestCheckValidatesMutatedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := envtestutil.DecodeYAML([]byte(mustRead(t, manifests)))
+	objs, err := envtestutil.DecodeYAML([]byte(mustRead(t, manifests) + "---\n" + trimmed))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,4 +210,15 @@ func TestCheckValidatesMutatedObjects(t *testing.T) {
 			}
 		}
 	}
+}
+
+// shorten cuts the lines of out that hold the big ConfigMap's data, for failure messages.
+func shorten(out string) string {
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if len(l) > 1000 {
+			lines[i] = l[:100] + "..."
+		}
+	}
+	return strings.Join(lines, "\n")
 }
