@@ -54,8 +54,7 @@ kubeconfig cluster name kubectl's --cluster flag takes elsewhere).
 Before judging, a custom resource is pruned and defaulted by its CRD's schema and a built-in object gets the
 API server's defaults. Not applied: ` + admit.NotAppliedButPolicies + `. An object the API
 server refuses for its size (a request body over 3 MiB, a ConfigMap's or Secret's data over 1 MiB) gets that
-result only (besides the MutatingAdmissionPolicies' results: the data limit is validation), under
-apiserver/request-size.
+result only, under apiserver/request-size (and the MutatingAdmissionPolicies', which run before the latter).
 
 MutatingAdmissionPolicies among the rules are applied to each object as to its CREATE: a warn result names
 the fields they would change. As on the API server, the other rules and the data limit then judge the object

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/internal/admit"
@@ -220,22 +222,13 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	mutating, validating := splitMutating(policies)
 	o := engine.NewObject(res.Resource, prepared)
 	matched := t.addAll(ctx, o, mutating, r.src, opts.list)
-	validated := prepared
-	if len(mutating) > 0 {
-		outcome, _ := o.Mutation(ctx, mutating[0]) // one chain: the first one's evaluation is every one's
-		if outcome.Denied != "" {
-			t.judged(rs, r, true) // refused by mutating admission: no validation runs
-			return
-		}
-		if opts.mutations && len(outcome.Patch) > 0 {
-			t.mutations[r.seq] = outcome.Patch
-		}
-		if mutated := outcome.Object(); mutated != nil {
-			// A new Object: its redactor is built from the mutated object, whose Secret values the
-			// policies may have set.
-			validated, o = mutated, engine.NewObject(res.Resource, mutated)
-			dataLimited = admit.HasDataLimit(r.kind)
-		}
+	validated, o, refused := t.mutated(ctx, o, prepared, res.Resource, mutating, opts, r.seq)
+	if refused {
+		t.judged(rs, r, true) // refused by mutating admission: no validation runs
+		return
+	}
+	if validated != prepared {
+		dataLimited = admit.HasDataLimit(r.kind) // the data may have grown
 	}
 	if dataLimited {
 		if tooLong, size := admit.DataTooLong(validated); tooLong != nil {
@@ -248,6 +241,29 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	}
 	matched = t.addAll(ctx, o, validating, r.src, opts.list) || matched
 	t.judged(rs, r, matched)
+}
+
+// mutated returns the object to validate, prepared as the MutatingAdmissionPolicies among mutating leave it
+// (prepared itself when they leave it as it is), with o its Object, or refused when they would fail the request.
+// With opts.mutations, it keeps the patch of the object in t.
+func (t *tally) mutated(ctx context.Context, o engine.Object, prepared *unstructured.Unstructured, gvr schema.GroupVersionResource,
+	mutating []audit.Policy, opts evalOptions, seq int) (*unstructured.Unstructured, engine.Object, bool) {
+	if len(mutating) == 0 {
+		return prepared, o, false
+	}
+	outcome, _ := o.Mutation(ctx, mutating[0]) // one chain: the first one's evaluation is every one's
+	if outcome.Denied != "" {
+		return nil, o, true
+	}
+	if opts.mutations && len(outcome.Patch) > 0 {
+		t.mutations[seq] = outcome.Patch
+	}
+	mutated := outcome.Object()
+	if mutated == nil {
+		return prepared, o, false
+	}
+	// A new Object: its redactor is built from the mutated object, whose Secret values the policies may set.
+	return mutated, engine.NewObject(gvr, mutated), false
 }
 
 // splitMutating returns the MutatingAdmissionPolicies among policies and the others, each in their order.

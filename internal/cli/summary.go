@@ -361,16 +361,7 @@ func summarize(in summaryInputs) SummaryList {
 			pass, matched := int64(c.Pass), int64(c.Pass)+s.Fail+s.Warn+s.Error+s.Skip
 			s.Pass, s.Matched = &pass, &matched
 		}
-		if k.Source == audit.SourceMAP {
-			out.Policies = append(out.Policies, s) // never refuses an object: no safety to enforce
-			continue
-		}
-		safety := results.SafetyOf(*c, true, in.subresources[k])
-		if !passesListed && safety.Reason == results.SafetyNothingJudged {
-			// The passes are there, uncounted by policy: the policy may well have judged objects.
-			safety.Reason = SafetyPassesNotListed
-		}
-		s.SafeToEnforce, s.SafeToEnforceReason = safety.Status, safety.Reason
+		s.SafeToEnforce, s.SafeToEnforceReason = safetyOf(k, c, passesListed, in.subresources[k])
 		out.Policies = append(out.Policies, s)
 	}
 	for _, ap := range aps {
@@ -388,6 +379,20 @@ func summarize(in summaryInputs) SummaryList {
 		return audit.PolicyKey{Source: a.Source, Name: a.Policy}.Compare(audit.PolicyKey{Source: b.Source, Name: b.Policy})
 	})
 	return out
+}
+
+// safetyOf returns whether the policy k, whose results are counted in c, is safe to enforce, and why; nothing
+// for a MutatingAdmissionPolicy: it never refuses an object, and its warnings are drift.
+func safetyOf(k audit.PolicyKey, c *results.Summary, passesListed bool, subresources []string) (metav1.ConditionStatus, string) {
+	if k.Source == audit.SourceMAP {
+		return "", ""
+	}
+	safety := results.SafetyOf(*c, true, subresources)
+	if !passesListed && safety.Reason == results.SafetyNothingJudged {
+		// The passes are there, uncounted by policy: the policy may well have judged objects.
+		safety.Reason = SafetyPassesNotListed
+	}
+	return safety.Status, safety.Reason
 }
 
 // driftedOf returns, for a MutatingAdmissionPolicy, the objects it would change: its warn results, one per
