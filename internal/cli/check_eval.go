@@ -221,7 +221,7 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	}
 	mutating, validating := splitMutating(policies)
 	o := engine.NewObject(res.Resource, prepared)
-	matched := t.addAll(ctx, o, mutating, r.src, opts.list)
+	matched := t.addAll(ctx, o, mutating, nil, r.src, opts.list)
 	validated, o, refused := t.mutated(ctx, o, prepared, res.Resource, mutating, opts, r.seq)
 	if refused {
 		t.judged(rs, r, true) // refused by mutating admission: no validation runs
@@ -239,7 +239,13 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 			return
 		}
 	}
-	matched = t.addAll(ctx, o, validating, r.src, opts.list) || matched
+	// A Secret's values as written are redacted too: the policies may have moved them where the mutated
+	// object's redactor (see engine.NewObject) does not look.
+	var written *audit.Redactor
+	if validated != prepared && res.Resource.Group == "" && res.Resource.Resource == "secrets" {
+		written = audit.NewSecretRedactor(prepared.Object)
+	}
+	matched = t.addAll(ctx, o, validating, written, r.src, opts.list) || matched
 	t.judged(rs, r, matched)
 }
 
@@ -278,14 +284,17 @@ func splitMutating(policies []audit.Policy) (mutating, validating []audit.Policy
 	return mutating, validating
 }
 
-// addAll adds the results of policies on o, read at src, and reports whether any policy gave one.
-func (t *tally) addAll(ctx context.Context, o engine.Object, policies []audit.Policy, src manifests.Source, list []audit.Verdict) bool {
+// addAll adds the results of policies on o, read at src, redacted by red (nil: by o's own only), and reports
+// whether any policy gave one.
+func (t *tally) addAll(ctx context.Context, o engine.Object, policies []audit.Policy, red *audit.Redactor, src manifests.Source,
+	list []audit.Verdict) bool {
 	matched := false
 	for _, p := range policies {
 		results := o.Evaluate(ctx, p)
 		if len(results) == 0 {
 			continue
 		}
+		red.Redact(results)
 		matched = true
 		t.add(p.Key(), results, src, list)
 	}

@@ -21,9 +21,9 @@ import (
 
 const checkMutateValidate = "testdata/check/mutate-validate"
 
-// The Secret values of the mutate-validate fixtures: the password the manifest holds and the token (with its
-// plain text, which a MutatingAdmissionPolicy also copies into a label) that a policy adds.
-var mutateValidateSecrets = []string{"aHVudGVyMi1vcmlnaW5hbA==", "hunter2-original", "cm90YXRlZC1zd29yZGZpc2gtNDI=", "rotated-swordfish-42"}
+// The Secret values of the mutate-validate fixtures: the password the manifest holds (a policy moves it, as
+// stored, into a label) and the token a policy sets (and copies into a label in plain text).
+var mutateValidateSecrets = []string{"aHVudGVyMi1vcmlnaW5hbC14", "hunter2-original-x", "cm90YXRlZC1zd29yZGZpc2gtNDI=", "rotated-swordfish-42"}
 
 // refusal is what refuses an object: a policy as "<policyKind>/<name>" and its message.
 type refusal struct {
@@ -101,7 +101,7 @@ func TestCheckValidatesMutatedObjects(t *testing.T) {
 		// Its data are over 1 MiB until the trim policy removes the big key.
 		"ConfigMap/team-a/trimmed": {},
 		"Secret/team-a/creds": {refusedBy: []string{vapKind + "no-token"},
-			server: "ValidatingAdmissionPolicy 'no-token' with binding 'no-token' denied request: tokens are retired, rotated to rotated-swordfish-42"},
+			server: "ValidatingAdmissionPolicy 'no-token' with binding 'no-token' denied request: tokens are retired, rotated to rotated-swordfish-42 from aHVudGVyMi1vcmlnaW5hbC14"},
 	}
 
 	var outputs []string
