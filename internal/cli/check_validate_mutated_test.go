@@ -120,6 +120,10 @@ func TestCheckValidatesMutatedObjects(t *testing.T) {
 			}
 		}
 		outputs = append(outputs, stdout)
+		// The note on what check does not apply no longer counts these policies in.
+		if !strings.Contains(stderr, "and mutating admission other than MutatingAdmissionPolicies (") || strings.Contains(stderr, "mutating webhooks and policies") {
+			t.Errorf("check %v: the note on what is not applied is not the one for MutatingAdmissionPolicies given:\n%s", args, stderr)
+		}
 	}
 	got := checkRefusals(t, outputs[0])
 	for key, w := range want {
@@ -221,4 +225,22 @@ func shorten(out string) string {
 		}
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestCheckNotAppliedNote checks the note on what check does not apply: mutating admission as a whole without
+// MutatingAdmissionPolicies among the rules, the rest of it with some.
+func TestCheckNotAppliedNote(t *testing.T) {
+	for _, tc := range []struct {
+		name, manifests, rules, want string
+	}{
+		{"no MutatingAdmissionPolicies", "testdata/check/manifests", "testdata/check/rules", "and mutating admission (ServiceAccount token volumes, DefaultTolerationSeconds, LimitRanger, mutating webhooks and policies)\n"},
+		{"MutatingAdmissionPolicies", filepath.Join(checkMutate, "manifests.yaml"), filepath.Join(checkMutate, "maps.yaml"), "and mutating admission other than MutatingAdmissionPolicies (ServiceAccount token volumes, DefaultTolerationSeconds, LimitRanger, mutating webhooks)\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, stderr, _ := runCheck("", "-f", tc.manifests, "--rules", tc.rules)
+			if !strings.Contains(stderr, "built-in objects were judged with the API server's defaults, but without system metadata") || !strings.Contains(stderr, tc.want) {
+				t.Errorf("stderr\n%s\nwant the note ending in %q", stderr, tc.want)
+			}
+		})
+	}
 }
