@@ -25,6 +25,12 @@ const NotApplied = "system metadata (uid, creationTimestamp), the built-in objec
 	"(e.g. a Pod's status.phase and qosClass) and mutating admission (ServiceAccount token volumes, " +
 	"DefaultTolerationSeconds, LimitRanger, mutating webhooks and policies)"
 
+// NotAppliedButPolicies is NotApplied where the MutatingAdmissionPolicies are applied (kubectl celaudit check
+// given some): the rest of mutating admission is still not.
+const NotAppliedButPolicies = "system metadata (uid, creationTimestamp), the built-in objects' PrepareForCreate " +
+	"(e.g. a Pod's status.phase and qosClass) and mutating admission other than MutatingAdmissionPolicies " +
+	"(ServiceAccount token volumes, DefaultTolerationSeconds, LimitRanger, mutating webhooks)"
+
 // customVersion is what creating a custom resource of one version of a CRD needs.
 type customVersion struct {
 	structural *structuralschema.Structural // nil when the version has no schema

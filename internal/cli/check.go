@@ -52,14 +52,16 @@ current kubeconfig context instead (select another with --context; --cluster is 
 kubeconfig cluster name kubectl's --cluster flag takes elsewhere).
 
 Before judging, a custom resource is pruned and defaulted by its CRD's schema and a built-in object gets the
-API server's defaults. Not applied: ` + admit.NotApplied + `. An object the API
+API server's defaults. Not applied: ` + admit.NotAppliedButPolicies + `. An object the API
 server refuses for its size (a request body over 3 MiB, a ConfigMap's or Secret's data over 1 MiB) gets that
-result only, under apiserver/request-size.
+result only, under apiserver/request-size (and the MutatingAdmissionPolicies', which run before the latter).
 
 MutatingAdmissionPolicies among the rules are applied to each object as to its CREATE: a warn result names
-the fields they would change. --mutate prints the objects of -f as they would leave them (multi-document
-YAML in input order, unchanged objects too; only their changes are added, not the API server's defaults; a
-Secret's values are never changed in the output), and the results table on standard error.
+the fields they would change. As on the API server, the other rules and the data limit then judge the object
+as the policies leave it; a policy with failurePolicy Fail that fails refuses it before any validation.
+--mutate prints the objects of -f as they would leave them (multi-document YAML in input order, unchanged
+objects too; only their changes are added, not the API server's defaults; a Secret's values are never
+changed in the output), and the results table on standard error.
 
 Files may hold several YAML or JSON documents and Lists; directories are walked; - reads standard input.
 Namespaced objects without a namespace are judged in --namespace (default "default"), as kubectl applies them.
@@ -175,7 +177,7 @@ func (o *checkOptions) run(ctx context.Context) error {
 	}
 	if tally.builtinMatched > 0 {
 		fmt.Fprintf(o.streams.ErrOut, "note: %d built-in objects were judged with the API server's defaults, but without %s\n",
-			tally.builtinMatched, admit.NotApplied)
+			tally.builtinMatched, rs.notApplied())
 	}
 	if o.rejects(tally) {
 		return Violations()

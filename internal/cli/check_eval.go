@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/celaudit/celaudit/internal/admit"
@@ -179,8 +181,13 @@ func evaluate(ctx context.Context, in *checkInputs, rs *ruleSet, opts evalOption
 	return out, nil
 }
 
-// judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t. An object
-// the API server refuses for its size (see check_limits.go) gets that result only.
+// judge evaluates one object as the API server would judge its CREATE, and adds the outcome to t. The API
+// server refuses a body over its size limit unread (see check_limits.go): that is the object's only result.
+// Otherwise it runs mutating admission first, then validates the object as mutating admission leaves it:
+// the MutatingAdmissionPolicies among the policies are evaluated on the object as written, every other
+// policy (CRD schemas and rules, ValidatingAdmissionPolicies, AuditPolicies) and the data limit on the
+// object as the MutatingAdmissionPolicies leave it. When a MutatingAdmissionPolicy with failurePolicy Fail
+// fails, the API server refuses the request before any validation: its error is the object's only result.
 func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r record) {
 	t.objects++
 	if refused := requestTooLarge(rs, opts, r); refused != nil {
@@ -193,7 +200,8 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 		return
 	}
 	policies := rs.set.For(res.Resource)
-	// Data add up to at most the JSON that holds them: smaller objects need no count.
+	// Data add up to at most the JSON that holds them: smaller objects need no count, unless a
+	// MutatingAdmissionPolicy changes them.
 	dataLimited := len(r.data) > admit.MaxDataBytes && admit.HasDataLimit(r.kind)
 	if len(policies) == 0 && !dataLimited {
 		t.unmatched++ // not even decoded
@@ -211,44 +219,96 @@ func judge(ctx context.Context, rs *ruleSet, opts evalOptions, t *tally, r recor
 	} else if prepared.GetNamespace() == "" {
 		prepared.SetNamespace(opts.namespace)
 	}
+	mutating, validating := splitMutating(policies)
+	o := engine.NewObject(res.Resource, prepared)
+	matched := t.addAll(ctx, o, mutating, nil, r.src, opts.list)
+	validated, o, refused := t.mutated(ctx, o, prepared, res.Resource, mutating, opts, r.seq)
+	if refused {
+		t.judged(rs, r, true) // refused by mutating admission: no validation runs
+		return
+	}
+	if validated != prepared {
+		dataLimited = admit.HasDataLimit(r.kind) // the data may have grown
+	}
 	if dataLimited {
-		if tooLong, size := admit.DataTooLong(prepared); tooLong != nil {
-			t.add(limitsKey, []audit.Result{sizeResult(audit.RefOf(prepared), ruleData, tooLong.Error(), size)}, r.src, opts.list)
+		if tooLong, size := admit.DataTooLong(validated); tooLong != nil {
+			t.add(limitsKey, []audit.Result{sizeResult(audit.RefOf(validated), ruleData, tooLong.Error(), size)}, r.src, opts.list)
+			if matched {
+				t.judged(rs, r, true)
+			}
 			return
 		}
 	}
-	o := engine.NewObject(res.Resource, prepared)
+	// A Secret's values as written are redacted too: the policies may have moved them where the mutated
+	// object's redactor (see engine.NewObject) does not look.
+	var written *audit.Redactor
+	if validated != prepared && res.Resource.Group == "" && res.Resource.Resource == "secrets" {
+		written = audit.NewSecretRedactor(prepared.Object)
+	}
+	matched = t.addAll(ctx, o, validating, written, r.src, opts.list) || matched
+	t.judged(rs, r, matched)
+}
+
+// mutated returns the object to validate, prepared as the MutatingAdmissionPolicies among mutating leave it
+// (prepared itself when they leave it as it is), with o its Object, or refused when they would fail the request.
+// With opts.mutations, it keeps the patch of the object in t.
+func (t *tally) mutated(ctx context.Context, o engine.Object, prepared *unstructured.Unstructured, gvr schema.GroupVersionResource,
+	mutating []audit.Policy, opts evalOptions, seq int) (*unstructured.Unstructured, engine.Object, bool) {
+	if len(mutating) == 0 {
+		return prepared, o, false
+	}
+	outcome, _ := o.Mutation(ctx, mutating[0]) // one chain: the first one's evaluation is every one's
+	if outcome.Denied != "" {
+		return nil, o, true
+	}
+	if opts.mutations && len(outcome.Patch) > 0 {
+		t.mutations[seq] = outcome.Patch
+	}
+	mutated := outcome.Object()
+	if mutated == nil {
+		return prepared, o, false
+	}
+	// A new Object: its redactor is built from the mutated object, whose Secret values the policies may set.
+	return mutated, engine.NewObject(gvr, mutated), false
+}
+
+// splitMutating returns the MutatingAdmissionPolicies among policies and the others, each in their order.
+func splitMutating(policies []audit.Policy) (mutating, validating []audit.Policy) {
+	for _, p := range policies {
+		if p.Key().Source == audit.SourceMAP {
+			mutating = append(mutating, p)
+		} else {
+			validating = append(validating, p)
+		}
+	}
+	return mutating, validating
+}
+
+// addAll adds the results of policies on o, read at src, redacted by red (nil: by o's own only), and reports
+// whether any policy gave one.
+func (t *tally) addAll(ctx context.Context, o engine.Object, policies []audit.Policy, red *audit.Redactor, src manifests.Source,
+	list []audit.Verdict) bool {
 	matched := false
 	for _, p := range policies {
 		results := o.Evaluate(ctx, p)
 		if len(results) == 0 {
 			continue
 		}
+		red.Redact(results)
 		matched = true
-		t.add(p.Key(), results, r.src, opts.list)
+		t.add(p.Key(), results, src, list)
 	}
-	if opts.mutations {
-		t.mutate(ctx, o, policies, r.seq)
-	}
+	return matched
+}
+
+// judged counts a decoded object that some policy gave a result for (matched), or none.
+func (t *tally) judged(rs *ruleSet, r record, matched bool) {
 	if !matched {
 		t.unmatched++
 		return
 	}
 	if rs.preparer.Builtin(r.kind) {
 		t.builtinMatched++
-	}
-}
-
-// mutate keeps the patch of the MutatingAdmissionPolicies among policies (one chain: the first one's
-// evaluation is every one's) on the object, when they would change it.
-func (t *tally) mutate(ctx context.Context, o engine.Object, policies []audit.Policy, seq int) {
-	for _, p := range policies {
-		if out, ok := o.Mutation(ctx, p); ok {
-			if len(out.Patch) > 0 {
-				t.mutations[seq] = out.Patch
-			}
-			return
-		}
 	}
 }
 

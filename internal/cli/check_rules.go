@@ -160,6 +160,18 @@ func compileProblems(policies []audit.Policy, objs []manifests.Object) error {
 	return nil
 }
 
+// notApplied says, for users, what the API server does to a new object before validating it that check
+// does not: the MutatingAdmissionPolicies among the rules are applied (see judge), the rest of mutating
+// admission is not.
+func (rs *ruleSet) notApplied() string {
+	for _, p := range rs.policies {
+		if p.Key().Source == audit.SourceMAP {
+			return admit.NotAppliedButPolicies
+		}
+	}
+	return admit.NotApplied
+}
+
 func policyKind(k audit.PolicyKey) string {
 	switch k.Source {
 	case audit.SourceCRD:

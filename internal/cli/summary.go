@@ -63,8 +63,9 @@ type PolicySummary struct {
 	Error   int64  `json:"error"`
 	Skip    int64  `json:"skip"`
 	// SafeToEnforce is True when the policy judged objects and none fails, warns or errors, False when some
-	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why.
-	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce"`
+	// does, Unknown when it cannot be told (see results.SafetyOf); SafeToEnforceReason says why. Empty (left
+	// out of JSON) for a MutatingAdmissionPolicy: its warn results are drift, not objects it would refuse.
+	SafeToEnforce       metav1.ConditionStatus `json:"safeToEnforce,omitempty"`
 	SafeToEnforceReason string                 `json:"safeToEnforceReason,omitempty"`
 	// Drifted counts, for a MutatingAdmissionPolicy, the stored objects it would change on their next write:
 	// its warn results (one per object). Nil for other policies.
@@ -115,6 +116,7 @@ The reports are read in whichever API the cluster holds them: PolicyReports and 
 --report-api=openreports), or both (--report-api=both), where a result listed in both APIs counts once.
 Each result is filed under the kind of policy its property policyKind names. DRIFTED counts, for each
 bound MutatingAdmissionPolicy, the stored objects it would change on their next write (its warn results).
+A MutatingAdmissionPolicy refuses nothing, so its SAFE TO ENFORCE and REASON are "-" (absent in -o json).
 
 Pass and matched counts are exact for AuditPolicies and when the reports list passes (the operator's
 --report-results includes pass); otherwise the reports only count passes in their summary and they are shown
@@ -359,12 +361,7 @@ func summarize(in summaryInputs) SummaryList {
 			pass, matched := int64(c.Pass), int64(c.Pass)+s.Fail+s.Warn+s.Error+s.Skip
 			s.Pass, s.Matched = &pass, &matched
 		}
-		safety := results.SafetyOf(*c, true, in.subresources[k])
-		if !passesListed && safety.Reason == results.SafetyNothingJudged {
-			// The passes are there, uncounted by policy: the policy may well have judged objects.
-			safety.Reason = SafetyPassesNotListed
-		}
-		s.SafeToEnforce, s.SafeToEnforceReason = safety.Status, safety.Reason
+		s.SafeToEnforce, s.SafeToEnforceReason = safetyOf(k, c, passesListed, in.subresources[k])
 		out.Policies = append(out.Policies, s)
 	}
 	for _, ap := range aps {
@@ -382,6 +379,20 @@ func summarize(in summaryInputs) SummaryList {
 		return audit.PolicyKey{Source: a.Source, Name: a.Policy}.Compare(audit.PolicyKey{Source: b.Source, Name: b.Policy})
 	})
 	return out
+}
+
+// safetyOf returns whether the policy k, whose results are counted in c, is safe to enforce, and why; nothing
+// for a MutatingAdmissionPolicy: it never refuses an object, and its warnings are drift.
+func safetyOf(k audit.PolicyKey, c *results.Summary, passesListed bool, subresources []string) (metav1.ConditionStatus, string) {
+	if k.Source == audit.SourceMAP {
+		return "", ""
+	}
+	safety := results.SafetyOf(*c, true, subresources)
+	if !passesListed && safety.Reason == results.SafetyNothingJudged {
+		// The passes are there, uncounted by policy: the policy may well have judged objects.
+		safety.Reason = SafetyPassesNotListed
+	}
+	return safety.Status, safety.Reason
 }
 
 // driftedOf returns, for a MutatingAdmissionPolicy, the objects it would change: its warn results, one per
@@ -487,6 +498,14 @@ func printJSON(w io.Writer, v any) error {
 	return err
 }
 
+// orDash returns s, or "-" when it is empty.
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
 func printSummaryTable(w io.Writer, list SummaryList) error {
 	tw := printers.GetNewTabWriter(w)
 	fmt.Fprintln(tw, "SOURCE\tPOLICY\tMATCHED\tPASS\tFAIL\tWARN\tERROR\tSKIP\tDRIFTED\tSAFE TO ENFORCE\tREASON")
@@ -498,7 +517,7 @@ func printSummaryTable(w io.Writer, list SummaryList) error {
 	}
 	for _, s := range list.Policies {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%s\t%s\n", s.Source, s.Policy, opt(s.Matched), opt(s.Pass),
-			s.Fail, s.Warn, s.Error, s.Skip, opt(s.Drifted), s.SafeToEnforce, s.SafeToEnforceReason)
+			s.Fail, s.Warn, s.Error, s.Skip, opt(s.Drifted), orDash(string(s.SafeToEnforce)), orDash(s.SafeToEnforceReason))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"strconv"
 	"testing"
 	"time"
@@ -180,18 +181,16 @@ func TestSummarize(t *testing.T) {
 		},
 		{
 			// One result per (MutatingAdmissionPolicy, object): its warnings are the objects it would change.
-			name: "mutating admission policies: drifted objects",
+			// It refuses nothing: safe to enforce means nothing for it, and is left empty.
+			name: "mutating admission policies: drifted objects, no safety",
 			in: summaryInputs{reports: []report.Reports{{PolicyReports: []v1alpha2.PolicyReport{
 				policyReport("a", 0, mapResult("team-label", audit.Warn), mapResult("team-label", audit.Pass), mapResult("limits", audit.Error)),
 				policyReport("b", 0, mapResult("team-label", audit.Warn)),
 			}}}, policies: []audit.PolicyKey{audit.MAPKey("quiet")}},
 			want: SummaryList{Policies: []PolicySummary{
-				{Source: audit.SourceMAP, Policy: "limits", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1, Drifted: ptr.To[int64](0),
-					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
-				{Source: audit.SourceMAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), Drifted: ptr.To[int64](0),
-					SafeToEnforce: "Unknown", SafeToEnforceReason: "NothingJudged"},
-				{Source: audit.SourceMAP, Policy: "team-label", Matched: ptr.To[int64](3), Pass: ptr.To[int64](1), Warn: 2, Drifted: ptr.To[int64](2),
-					SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+				{Source: audit.SourceMAP, Policy: "limits", Matched: ptr.To[int64](1), Pass: ptr.To[int64](0), Error: 1, Drifted: ptr.To[int64](0)},
+				{Source: audit.SourceMAP, Policy: "quiet", Matched: ptr.To[int64](0), Pass: ptr.To[int64](0), Drifted: ptr.To[int64](0)},
+				{Source: audit.SourceMAP, Policy: "team-label", Matched: ptr.To[int64](3), Pass: ptr.To[int64](1), Warn: 2, Drifted: ptr.To[int64](2)},
 			}},
 		},
 		{
@@ -230,7 +229,7 @@ func TestSummaryTable(t *testing.T) {
 	err := printSummaryTable(&buf, SummaryList{UnlistedPasses: 3, Unattributed: 2, Policies: []PolicySummary{
 		{Source: audit.SourceCRD, Policy: "widgets.example.com", Matched: ptr.To[int64](3), Pass: ptr.To[int64](2), Fail: 1, SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
 		{Source: audit.SourceVAP, Policy: "owner", SafeToEnforce: "Unknown", SafeToEnforceReason: "PassesNotListed"},
-		{Source: audit.SourceMAP, Policy: "team-label", Warn: 4, Drifted: ptr.To[int64](4), SafeToEnforce: "False", SafeToEnforceReason: "Violations"},
+		{Source: audit.SourceMAP, Policy: "team-label", Warn: 4, Drifted: ptr.To[int64](4)},
 	}})
 	if err != nil {
 		t.Fatal(err)
@@ -238,7 +237,7 @@ func TestSummaryTable(t *testing.T) {
 	want := `SOURCE   POLICY                MATCHED   PASS   FAIL   WARN   ERROR   SKIP   DRIFTED   SAFE TO ENFORCE   REASON
 crd      widgets.example.com   3         2      1      0      0       0      -         False             Violations
 vap      owner                 -         -      0      0      0       0      -         Unknown           PassesNotListed
-map      team-label            -         -      0      4      0       0      4         False             Violations
+map      team-label            -         -      0      4      0       0      4         -                 -
 
 3 passes are counted but not listed in the reports, so they cannot be told apart by policy; list them with the operator's --report-results=pass,fail,warn,error,skip.
 
@@ -246,5 +245,35 @@ map      team-label            -         -      0      4      0       0      4  
 `
 	if buf.String() != want {
 		t.Errorf("table:\n%s\nwant:\n%s", buf.String(), want)
+	}
+}
+
+// TestSummaryJSONLeavesOutMAPSafety checks that -o json has no safeToEnforce for a MutatingAdmissionPolicy
+// (its warnings are drift, not objects it would refuse) and keeps it for the other policies.
+func TestSummaryJSONLeavesOutMAPSafety(t *testing.T) {
+	var buf bytes.Buffer
+	err := printJSON(&buf, SummaryList{Policies: []PolicySummary{
+		{Source: audit.SourceVAP, Policy: "owner", Matched: ptr.To[int64](1), Pass: ptr.To[int64](1), SafeToEnforce: "True", SafeToEnforceReason: "NoViolations"},
+		{Source: audit.SourceMAP, Policy: "team-label", Matched: ptr.To[int64](2), Pass: ptr.To[int64](0), Warn: 2, Drifted: ptr.To[int64](2)},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Policies []map[string]any `json:"policies"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &got); err != nil {
+		t.Fatalf("%v in %s", err, buf.String())
+	}
+	if len(got.Policies) != 2 {
+		t.Fatalf("policies %v, want 2", got.Policies)
+	}
+	if v, ok := got.Policies[0]["safeToEnforce"]; !ok || v != "True" {
+		t.Errorf("vap owner: safeToEnforce %v (present %t), want True", v, ok)
+	}
+	for _, field := range []string{"safeToEnforce", "safeToEnforceReason"} {
+		if v, ok := got.Policies[1][field]; ok {
+			t.Errorf("map team-label: %s = %v, want none", field, v)
+		}
 	}
 }

@@ -36,5 +36,7 @@
 // A Secret's data never reaches a result: in a Secret's patches, values under data, stringData and the
 // last-applied-configuration annotation are replaced by audit.RedactionMarker, and the Secret's values, stored
 // and patched, are redacted from every other value and message. So are the values of the Secrets that
-// policies with paramKind Secret read as params, whatever the object.
+// policies with paramKind Secret read as params, whatever the object. The one exception is Outcome.Object,
+// the object itself as the policies leave it, for callers that validate it as the API server does after
+// mutating admission (kubectl celaudit check): they must redact what they report on it.
 package mutate

@@ -63,6 +63,19 @@ type Outcome struct {
 	// Patch turns the stored object into the object as the policies leave it (nil when they leave it as it
 	// is or Denied is set). A Secret's values are redacted.
 	Patch []Operation
+	// object is the object as the policies leave it, unredacted, set with Patch (see Object).
+	object map[string]any
+}
+
+// Object returns a copy of the object as the policies leave it, in the version of the object evaluated, nil
+// when they leave it as it is or the API server would refuse the request (Denied). It is the real object, not
+// one rebuilt from the redacted Patch: the API server validates it after mutating admission (kubectl celaudit
+// check judges it so). A Secret's values are in it: whoever reports on it must redact them.
+func (o Outcome) Object() *unstructured.Unstructured {
+	if o.object == nil {
+		return nil
+	}
+	return &unstructured.Unstructured{Object: runtime.DeepCopyJSON(o.object)}
 }
 
 // Evaluate judges obj, a stored object read at gvr, as the API server's MutatingAdmissionPolicy plugin would
@@ -100,7 +113,7 @@ func (s *Set) evaluate(ctx context.Context, gvr schema.GroupVersionResource, obj
 				out.Results[i] = Result{Policy: out.Results[i].Policy, Operation: out.Operation,
 					FailurePolicy: out.Results[i].FailurePolicy, Verdict: audit.Error, Message: message}
 			}
-			out.Denied, out.Patch = message, nil
+			out.Denied, out.Patch, out.object = message, nil, nil
 		}
 	}()
 	if len(s.hooks) == 0 || exempt(gvr.GroupResource()) {
@@ -318,7 +331,9 @@ func (e *evaluation) outcome(out Outcome, rec *recorder, final map[string]any, e
 	}
 	out.Denied = red.String(denied)
 	if len(rec.calls) > 0 && denied == "" {
-		out.Patch = red.Ops(Diff(states[0], final))
+		if out.Patch = red.Ops(Diff(states[0], final)); len(out.Patch) > 0 {
+			out.object = final
+		}
 	}
 	kept := out.Results[:0]
 	for _, r := range out.Results {

@@ -385,3 +385,70 @@ spec: {policyName: p, paramRef: {name: team, namespace: default, parameterNotFou
 		t.Errorf("results %+v, want one error naming the panic", out.Results)
 	}
 }
+
+// TestOutcomeObject checks the object Outcome.Object returns: the object as the policies leave it, a copy
+// each time, with a Secret's values as they are (the patch redacts them); none when the policies leave the
+// object as it is or the request is refused. Expectations are written by hand.
+func TestOutcomeObject(t *testing.T) {
+	const token = "cm90YXRlZC10b2tlbi12YWx1ZQ==" // "rotated-token-value"
+	for _, tc := range []struct {
+		name string
+		gvr  schema.GroupVersionResource
+		obj  string
+		docs []string
+		want map[string]any // at the paths given (dot-separated); nil: Object returns nil
+	}{{
+		name: "a label added",
+		gvr:  configMapsGVR, obj: bareConfigMap,
+		docs: []string{policy("label", "configmaps", "UPDATE", "", applyConfig(teamLabel)), binding("label")},
+		want: map[string]any{"metadata.labels.team": "blue", "data.k": "v", "metadata.name": "a"},
+	}, {
+		name: "already in shape",
+		gvr:  configMapsGVR, obj: `{apiVersion: v1, kind: ConfigMap, metadata: {name: a, namespace: default, labels: {team: blue}}}`,
+		docs: []string{policy("label", "configmaps", "UPDATE", "", applyConfig(teamLabel)), binding("label")},
+	}, {
+		name: "refused: a failing policy under failurePolicy Fail",
+		gvr:  configMapsGVR, obj: bareConfigMap,
+		docs: []string{
+			policy("label", "configmaps", "UPDATE", "", applyConfig(teamLabel)), binding("label"),
+			policy("remove", "configmaps", "UPDATE", "  failurePolicy: Fail", jsonPatch(`[JSONPatch{op: "remove", path: "/data/absent"}]`)), binding("remove"),
+		},
+	}, {
+		name: "a Secret's value set: there, unredacted",
+		gvr:  secretsGVR, obj: `{apiVersion: v1, kind: Secret, metadata: {name: s, namespace: default}, type: Opaque, data: {old: b2xkLXZhbHVlLWhlcmU=}}`,
+		docs: []string{policy("token", "secrets", "UPDATE", "", applyConfig(`Object{data: {"token": "`+token+`"}}`)), binding("token")},
+		want: map[string]any{"data.token": token, "data.old": "b2xkLXZhbHVlLWhlcmU="},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			obj := object(t, tc.obj)
+			out := evaluate(t, tc.gvr, obj, tc.docs...)
+			got := out.Object()
+			if tc.want == nil {
+				if got != nil {
+					t.Fatalf("Object() = %v, want nil (denied %q)", got.Object, out.Denied)
+				}
+				return
+			}
+			if got == nil {
+				t.Fatalf("Object() = nil; outcome %+v", out)
+			}
+			for path, want := range tc.want {
+				v, found, err := unstructured.NestedFieldNoCopy(got.Object, strings.Split(path, ".")...)
+				if err != nil || !found || v != want {
+					t.Errorf("%s = %v (found %t, %v), want %v", path, v, found, err, want)
+				}
+			}
+			// A copy: changing it changes neither the next one nor the object evaluated.
+			got.SetName("changed")
+			if again := out.Object(); again.GetName() == "changed" {
+				t.Error("Object() returns the same object twice")
+			}
+			if obj.GetName() == "changed" {
+				t.Error("Object() returns the object evaluated")
+			}
+			if patch, _ := json.Marshal(out.Patch); strings.Contains(string(patch), token) {
+				t.Errorf("the patch carries the Secret's value: %s", patch)
+			}
+		})
+	}
+}
