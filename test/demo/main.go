@@ -48,6 +48,8 @@ var (
 	rolloutPolicy []byte
 	//go:embed testdata/auditpolicy.yaml
 	auditPolicy []byte
+	//go:embed testdata/mutating-policy.yaml
+	mutatingPolicy []byte
 )
 
 func main() {
@@ -108,6 +110,9 @@ func run(ctx context.Context, exitAfter time.Duration) error {
 		return err
 	}
 	if err := d.enforce(ctx); err != nil {
+		return err
+	}
+	if err := d.drift(ctx); err != nil {
 		return err
 	}
 	d.keepRunning(ctx, exitAfter)
@@ -246,6 +251,47 @@ func (d demo) enforce(ctx context.Context) error {
 	step("The pair to commit to a GitOps repository in the AuditPolicy's place")
 	d.plugin("export", "auditpolicy", "pod-memory-limits")
 	return nil
+}
+
+// drift asks whatif what a new MutatingAdmissionPolicy would change in the stored Deployments, rolls it out,
+// and shows the drift celaudit reports: the API server applies the policy to writes only.
+func (d demo) drift(ctx context.Context) error {
+	step("Mutation drift: which stored Deployments would a new MutatingAdmissionPolicy change, and how?")
+	d.plugin("whatif", "-f", filepath.Join(envtestutil.RepoRoot(), "test", "demo", "testdata", "mutating-policy.yaml"), "--diff")
+
+	step("Rolling it out: the stored Deployments keep their shape until their next update; celaudit reports the drift")
+	if err := applyYAML(ctx, d.c, mutatingPolicy); err != nil {
+		return err
+	}
+	if err := waitForResults(ctx, d.c, "pods-run-as-non-root", 2); err != nil {
+		return err
+	}
+	d.show(ctx, "get", "policyreports", "-A", "-o",
+		`jsonpath={range .items[*]}{range .results[?(@.policy=="pods-run-as-non-root")]}{.result}{"\t"}{.resources[0].namespace}/{.resources[0].name}{"\t"}{.message}{"\t"}{.properties.patch}{"\n"}{end}{end}`)
+	d.plugin("summary")
+	return nil
+}
+
+// waitForResults waits until the PolicyReports list n results of policy.
+func waitForResults(ctx context.Context, c client.Client, policy string, n int) error {
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		list := &v1alpha2.PolicyReportList{}
+		if err := c.List(ctx, list); err != nil {
+			return fmt.Errorf("listing reports: %w", err)
+		}
+		found := 0
+		for _, r := range list.Items {
+			for _, res := range r.Results {
+				if res.Policy == policy {
+					found++
+				}
+			}
+		}
+		if found >= n {
+			return nil
+		}
+	}
+	return fmt.Errorf("the reports did not list %d results of %s within a minute", n, policy)
 }
 
 // keepRunning keeps the control plane up for exploring, until ctx ends or, when set, exitAfter has passed.
