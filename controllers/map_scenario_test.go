@@ -281,7 +281,6 @@ func TestMutationDriftParamsScenario(t *testing.T) {
 	expectPolicyMetrics(t, op, "map", "mp-broken", map[string]float64{
 		"celaudit_policy_matched_objects":         1,
 		"celaudit_policy_violating_objects":       0,
-		"celaudit_policy_safe_to_enforce":         0,
 		`celaudit_policy_results{result="pass"}`:  0,
 		`celaudit_policy_results{result="fail"}`:  0,
 		`celaudit_policy_results{result="warn"}`:  0,

@@ -368,7 +368,7 @@ func newReadinessCollector(r *readiness) *readinessCollector {
 		violating: prometheus.NewDesc("celaudit_policy_violating_objects",
 			"Objects with at least one fail or warn result of the policy, at the last complete audit.", labels, nil),
 		safe: prometheus.NewDesc("celaudit_policy_safe_to_enforce",
-			"1 when the policy is safe to enforce at the last complete audit: it judged objects and none fails, warns or errors; else 0 (violations, or nothing judged, skips, subresources, unreadable resources).", labels, nil),
+			"1 when the policy is safe to enforce at the last complete audit: it judged objects and none fails, warns or errors; else 0 (violations, or nothing judged, skips, subresources, unreadable resources). Not exported for MutatingAdmissionPolicies.", labels, nil),
 		namespaces: prometheus.NewDesc("celaudit_namespace_violations",
 			"Fail and warn results of all policies in a namespace (\"\" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.",
 			[]string{"namespace"}, nil),
@@ -400,14 +400,16 @@ func (c *readinessCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.matched, prometheus.GaugeValue, float64(s.Matched), source, name)
 		ch <- prometheus.MustNewConstMetric(c.violating, prometheus.GaugeValue, float64(s.Violating), source, name)
+		if key.Source == audit.SourceMAP {
+			// A MutatingAdmissionPolicy enforces nothing: its warnings are drift, and it has no safety to tell.
+			ch <- prometheus.MustNewConstMetric(c.drifted, prometheus.GaugeValue, float64(s.Violating), name)
+			continue
+		}
 		safe := 0.0
 		if policies[key].safety.Safe() {
 			safe = 1
 		}
 		ch <- prometheus.MustNewConstMetric(c.safe, prometheus.GaugeValue, safe, source, name)
-		if key.Source == audit.SourceMAP {
-			ch <- prometheus.MustNewConstMetric(c.drifted, prometheus.GaugeValue, float64(s.Violating), name)
-		}
 	}
 	byNamespace := map[string]int{}
 	for _, p := range policies {

@@ -257,15 +257,20 @@ func TestReadinessCollector(t *testing.T) {
 		audit.CRDKey("widgets.example.com"): {summary: results.Summary{Matched: 3, Violating: 2, Pass: 2, Fail: 3, Namespaces: map[string]int{"m": 1, "n": 2}}},
 		audit.VAPKey("clean"):               {summary: results.Summary{Matched: 2, Pass: 2}, safety: results.Safety{Status: metav1.ConditionTrue}},
 		audit.VAPKey("skipped"):             {summary: results.Summary{Matched: 2, Skip: 2}, safety: results.Safety{Status: metav1.ConditionUnknown}},
+		audit.MAPKey("labels"):              {summary: results.Summary{Matched: 3, Violating: 2, Pass: 1, Warn: 2, Namespaces: map[string]int{"m": 2}}},
 	}
 	want := `
 # HELP celaudit_namespace_violations Fail and warn results of all policies in a namespace ("" for cluster-scoped objects), at the last complete audit; namespaces without any are left out.
 # TYPE celaudit_namespace_violations gauge
-celaudit_namespace_violations{namespace="m"} 1
+celaudit_namespace_violations{namespace="m"} 3
 celaudit_namespace_violations{namespace="n"} 4
+# HELP celaudit_mutation_drifted_objects Stored objects each MutatingAdmissionPolicy would change on their next write (its warn results), at the last complete audit.
+# TYPE celaudit_mutation_drifted_objects gauge
+celaudit_mutation_drifted_objects{policy="labels"} 2
 # HELP celaudit_policy_matched_objects Objects with at least one result of the policy, at the last complete audit.
 # TYPE celaudit_policy_matched_objects gauge
 celaudit_policy_matched_objects{policy="clean",source="vap"} 2
+celaudit_policy_matched_objects{policy="labels",source="map"} 3
 celaudit_policy_matched_objects{policy="owners",source="vap"} 3
 celaudit_policy_matched_objects{policy="skipped",source="vap"} 2
 celaudit_policy_matched_objects{policy="widgets.example.com",source="crd"} 3
@@ -276,6 +281,11 @@ celaudit_policy_results{policy="clean",result="fail",source="vap"} 0
 celaudit_policy_results{policy="clean",result="pass",source="vap"} 2
 celaudit_policy_results{policy="clean",result="skip",source="vap"} 0
 celaudit_policy_results{policy="clean",result="warn",source="vap"} 0
+celaudit_policy_results{policy="labels",result="error",source="map"} 0
+celaudit_policy_results{policy="labels",result="fail",source="map"} 0
+celaudit_policy_results{policy="labels",result="pass",source="map"} 1
+celaudit_policy_results{policy="labels",result="skip",source="map"} 0
+celaudit_policy_results{policy="labels",result="warn",source="map"} 2
 celaudit_policy_results{policy="owners",result="error",source="vap"} 0
 celaudit_policy_results{policy="owners",result="fail",source="vap"} 1
 celaudit_policy_results{policy="owners",result="pass",source="vap"} 3
@@ -291,7 +301,7 @@ celaudit_policy_results{policy="widgets.example.com",result="fail",source="crd"}
 celaudit_policy_results{policy="widgets.example.com",result="pass",source="crd"} 2
 celaudit_policy_results{policy="widgets.example.com",result="skip",source="crd"} 0
 celaudit_policy_results{policy="widgets.example.com",result="warn",source="crd"} 0
-# HELP celaudit_policy_safe_to_enforce 1 when the policy is safe to enforce at the last complete audit: it judged objects and none fails, warns or errors; else 0 (violations, or nothing judged, skips, subresources, unreadable resources).
+# HELP celaudit_policy_safe_to_enforce 1 when the policy is safe to enforce at the last complete audit: it judged objects and none fails, warns or errors; else 0 (violations, or nothing judged, skips, subresources, unreadable resources). Not exported for MutatingAdmissionPolicies.
 # TYPE celaudit_policy_safe_to_enforce gauge
 celaudit_policy_safe_to_enforce{policy="clean",source="vap"} 1
 celaudit_policy_safe_to_enforce{policy="owners",source="vap"} 0
@@ -300,6 +310,7 @@ celaudit_policy_safe_to_enforce{policy="widgets.example.com",source="crd"} 0
 # HELP celaudit_policy_violating_objects Objects with at least one fail or warn result of the policy, at the last complete audit.
 # TYPE celaudit_policy_violating_objects gauge
 celaudit_policy_violating_objects{policy="clean",source="vap"} 0
+celaudit_policy_violating_objects{policy="labels",source="map"} 2
 celaudit_policy_violating_objects{policy="owners",source="vap"} 1
 celaudit_policy_violating_objects{policy="skipped",source="vap"} 0
 celaudit_policy_violating_objects{policy="widgets.example.com",source="crd"} 2
