@@ -594,16 +594,7 @@ func (r *auditPolicyReconciler) enqueueAllOnRebind(ctx context.Context, q workqu
 
 // listAtStartup tells the start-up gate which AuditPolicies the synced cache holds.
 func (r *auditPolicyReconciler) listAtStartup(ctx context.Context) error {
-	list := &v1alpha1.AuditPolicyList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return fmt.Errorf("listing AuditPolicies: %w", err)
-	}
-	names := make([]string, len(list.Items))
-	for i := range list.Items {
-		names[i] = list.Items[i].Name
-	}
-	r.Startup.Listed(audit.SourceAuditPolicy, names)
-	return nil
+	return r.Startup.ListFrom(ctx, r.Client, audit.SourceAuditPolicy, &v1alpha1.AuditPolicyList{})
 }
 
 // deletionStarted passes the update that marks an object for deletion: its finalizers are then due.

@@ -131,16 +131,7 @@ func (r *crdReconciler) remove(name string) {
 
 // listAtStartup tells the start-up gate which CRDs the synced cache holds.
 func (r *crdReconciler) listAtStartup(ctx context.Context) error {
-	list := &apiextensionsv1.CustomResourceDefinitionList{}
-	if err := r.Client.List(ctx, list); err != nil {
-		return fmt.Errorf("listing CustomResourceDefinitions: %w", err)
-	}
-	names := make([]string, len(list.Items))
-	for i := range list.Items {
-		names[i] = list.Items[i].Name
-	}
-	r.Startup.Listed(audit.SourceCRD, names)
-	return nil
+	return r.Startup.ListFrom(ctx, r.Client, audit.SourceCRD, &apiextensionsv1.CustomResourceDefinitionList{})
 }
 
 // SetupWithManager registers the reconciler and its start-up listing with mgr.

@@ -1,9 +1,14 @@
 package controllers
 
 import (
+	"context"
+	"fmt"
 	"sync"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/celaudit/celaudit/internal/audit"
 )
@@ -58,6 +63,27 @@ func (g *startupGate) Listed(source audit.PolicySource, names []string) {
 		s.pending = sets.New(names...).Difference(s.reconciled)
 		s.reconciled = nil
 	})
+}
+
+// ListFrom lists the policy objects of source with c (the manager's synced cache), into list, and passes their
+// names to Listed: the start-up listing every policy reconciler does once its cache has synced.
+func (g *startupGate) ListFrom(ctx context.Context, c client.Reader, source audit.PolicySource, list client.ObjectList) error {
+	if err := c.List(ctx, list); err != nil {
+		return fmt.Errorf("listing %s objects: %w", source.Kind(), err)
+	}
+	names := make([]string, 0, meta.LenList(list))
+	if err := meta.EachListItem(list, func(o runtime.Object) error {
+		m, err := meta.Accessor(o)
+		if err != nil {
+			return err
+		}
+		names = append(names, m.GetName())
+		return nil
+	}); err != nil {
+		return fmt.Errorf("listing %s objects: %w", source.Kind(), err)
+	}
+	g.Listed(source, names)
+	return nil
 }
 
 // Reconciled records that a policy went through a reconcile.

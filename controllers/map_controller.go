@@ -430,16 +430,7 @@ func (r *mapReconciler) listAtStartup(ctx context.Context) error {
 		return err
 	}
 	close(r.discovered)
-	policies := &admissionregistrationv1.MutatingAdmissionPolicyList{}
-	if err := r.Client.List(ctx, policies); err != nil {
-		return fmt.Errorf("listing MutatingAdmissionPolicies: %w", err)
-	}
-	names := make([]string, len(policies.Items))
-	for i := range policies.Items {
-		names[i] = policies.Items[i].Name
-	}
-	r.Startup.Listed(audit.SourceMAP, names)
-	return nil
+	return r.Startup.ListFrom(ctx, r.Client, audit.SourceMAP, &admissionregistrationv1.MutatingAdmissionPolicyList{})
 }
 
 // SetupWithManager registers the reconciler and the start-up listing with mgr. Run it with one worker (see

@@ -397,16 +397,7 @@ func (r *vapReconciler) listAtStartup(ctx context.Context) error {
 		return err
 	}
 	close(r.discovered)
-	policies := &admissionregistrationv1.ValidatingAdmissionPolicyList{}
-	if err := r.Client.List(ctx, policies); err != nil {
-		return fmt.Errorf("listing ValidatingAdmissionPolicies: %w", err)
-	}
-	names := make([]string, len(policies.Items))
-	for i := range policies.Items {
-		names[i] = policies.Items[i].Name
-	}
-	r.Startup.Listed(audit.SourceVAP, names)
-	return nil
+	return r.Startup.ListFrom(ctx, r.Client, audit.SourceVAP, &admissionregistrationv1.ValidatingAdmissionPolicyList{})
 }
 
 // SetupWithManager registers the reconciler, the binding index and the start-up registration with mgr.
