@@ -203,15 +203,25 @@ func (s *Set) resources(h mutating.PolicyHook, create bool) []schema.GroupVersio
 	}
 	reports := vap.NamesReports(constraints...)
 
-	planned := map[string]schema.GroupVersionResource{}
+	planned := map[string]vap.Plan{}
+	funcs := vap.PlanFuncs{
+		Class: s.classKey,
+		Done:  func(class string) bool { _, done := planned[class]; return done },
+		Skip:  func(gr schema.GroupResource) bool { return exempt(gr) || vap.ReportResource(gr) && !reports },
+		Matches: func(attrs admission.Attributes, r vap.APIResource) (schema.GroupVersionResource, bool) {
+			o := s.types.objectInterfaces(r.GroupVersionKind(), s.deps.Resolver)
+			matches, read, _, err := s.matcher.DefinitionMatches(attrs, o, definitionAccessor)
+			return read, err == nil && matches && readable[read] && bound(s.matcher, attrs, o, bindings)
+		},
+	}
 	for _, op := range operations(create) {
-		direct, converted := s.planOperation(op, served, readable, reports, planned, definitionAccessor, bindings)
+		direct, converted := vap.PlanOperation(served, op, funcs)
 		maps.Copy(planned, converted)
 		maps.Copy(planned, direct)
 	}
 	reads := map[schema.GroupVersionResource]bool{}
-	for _, read := range planned {
-		reads[read] = true
+	for _, pl := range planned {
+		reads[pl.Read] = true
 	}
 	var out []schema.GroupVersionResource
 	for _, r := range served {
@@ -221,39 +231,6 @@ func (s *Set) resources(h mutating.PolicyHook, create bool) []schema.GroupVersio
 		}
 	}
 	return out
-}
-
-// planOperation returns, for the classes of served resources not planned yet that the definition and one of
-// bindings match for an op request, the resource to read when the rules name it directly (direct) and the one
-// the API server converts to otherwise (converted).
-func (s *Set) planOperation(op admission.Operation, served []vap.APIResource, readable map[schema.GroupVersionResource]bool,
-	reports bool, planned map[string]schema.GroupVersionResource, definition generic.PolicyAccessor,
-	bindings []generic.BindingAccessor) (direct, converted map[string]schema.GroupVersionResource) {
-	direct, converted = map[string]schema.GroupVersionResource{}, map[string]schema.GroupVersionResource{}
-	for _, r := range served {
-		gr := r.Resource.GroupResource()
-		if exempt(gr) || vap.ReportResource(gr) && !reports {
-			continue
-		}
-		class := s.classKey(r.Resource)
-		if _, done := planned[class]; done {
-			continue
-		}
-		attrs := vap.ResourceAttributes(r, op)
-		o := s.types.objectInterfaces(r.GroupVersionKind(), s.deps.Resolver)
-		matches, read, _, err := s.matcher.DefinitionMatches(attrs, o, definition)
-		if err != nil || !matches || !readable[read] || !bound(s.matcher, attrs, o, bindings) {
-			continue
-		}
-		candidates := converted
-		if read == r.Resource {
-			candidates = direct
-		}
-		if _, taken := candidates[class]; !taken {
-			candidates[class] = read
-		}
-	}
-	return direct, converted
 }
 
 // bound reports whether one of bindings matches the request.

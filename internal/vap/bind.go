@@ -53,14 +53,7 @@ type boundBinding struct {
 	actions string
 	deny    bool
 	// plans maps an equivalence class of resources to how objects of that class are evaluated.
-	plans map[string]plan
-}
-
-// plan says how a binding evaluates objects of one class of equivalent resources: as requests for request,
-// on objects read at read (the resource the policy's rules name, to which the apiserver would convert).
-type plan struct {
-	request APIResource
-	read    schema.GroupVersionResource
+	plans map[string]Plan
 }
 
 // Bind applies the policy's bindings (those whose spec.policyName names it; others are ignored) and the
@@ -130,7 +123,7 @@ func newBoundBinding(b *admissionregistrationv1.ValidatingAdmissionPolicyBinding
 		name:    name,
 		actions: strings.Join(actions, ","),
 		deny:    slices.Contains(b.Spec.ValidationActions, admissionregistrationv1.Deny),
-		plans:   map[string]plan{},
+		plans:   map[string]Plan{},
 	}
 }
 
@@ -293,7 +286,7 @@ func (p *Policy) plan() {
 	reads := map[schema.GroupVersionResource]bool{}
 	for _, b := range p.bindings {
 		for _, pl := range b.plans {
-			reads[pl.read] = true
+			reads[pl.Read] = true
 		}
 	}
 	for _, r := range served {
@@ -313,34 +306,71 @@ func (p *Policy) planBinding(b *boundBinding, served []APIResource, readable map
 	bindingAccessor := validating.NewValidatingAdmissionPolicyBindingAccessor(binding)
 	reports := namesOwnReports(p.compiled.policy.Spec.MatchConstraints, b.binding.Spec.MatchResources)
 	for _, op := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
-		direct, converted := map[string]plan{}, map[string]plan{}
-		for _, r := range served {
-			if exempt(r.Resource.GroupResource()) || ownReport(r.Resource.GroupResource()) && !reports {
-				continue
-			}
-			key := p.classKey(r.Resource)
-			if _, done := b.plans[key]; done {
-				continue
-			}
-			attrs := resourceAttributes(r, op)
-			matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definition)
-			if err != nil || !matches || !readable[read] {
-				continue
-			}
-			if ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor); err != nil || !ok {
-				continue
-			}
-			candidates := converted
-			if read == r.Resource {
-				candidates = direct
-			}
-			if _, taken := candidates[key]; !taken {
-				candidates[key] = plan{request: r, read: read}
-			}
-		}
+		direct, converted := PlanOperation(served, op, PlanFuncs{
+			Class: p.classKey,
+			Done:  func(class string) bool { _, done := b.plans[class]; return done },
+			Skip:  func(gr schema.GroupResource) bool { return exempt(gr) || ownReport(gr) && !reports },
+			Matches: func(attrs admission.Attributes, _ APIResource) (schema.GroupVersionResource, bool) {
+				matches, read, _, err := p.matcher.DefinitionMatches(attrs, p.objects, definition)
+				if err != nil || !matches || !readable[read] {
+					return read, false
+				}
+				ok, err := p.matcher.BindingMatches(attrs, p.objects, bindingAccessor)
+				return read, err == nil && ok
+			},
+		})
 		maps.Copy(b.plans, converted)
 		maps.Copy(b.plans, direct)
 	}
+}
+
+// Plan says how objects of one class of equivalent resources are evaluated: as requests for Request, on
+// objects read at Read (the resource the policy's rules name, to which the API server would convert).
+type Plan struct {
+	Request APIResource
+	Read    schema.GroupVersionResource
+}
+
+// PlanFuncs are what PlanOperation asks of the policy it plans reads for.
+type PlanFuncs struct {
+	// Class identifies the class of resources equivalent to a resource.
+	Class func(schema.GroupVersionResource) string
+	// Done reports whether a class is planned already (by an earlier operation).
+	Done func(class string) bool
+	// Skip reports whether a resource is left out whatever the policy says.
+	Skip func(schema.GroupResource) bool
+	// Matches reports whether the policy and one of its bindings match a request, resource-level, and the
+	// resource the API server would evaluate it at.
+	Matches func(attrs admission.Attributes, r APIResource) (read schema.GroupVersionResource, ok bool)
+}
+
+// PlanOperation plans, for an op request, the classes of served resources that are not Done and that the
+// policy Matches: per class the first resource (in served's order) whose request is evaluated at the resource
+// itself (direct: the rules name it), else the first the API server converts (converted). Both the
+// ValidatingAdmissionPolicy audit and the MutatingAdmissionPolicy audit (internal/mutate) plan with it.
+func PlanOperation(served []APIResource, op admission.Operation, f PlanFuncs) (direct, converted map[string]Plan) {
+	direct, converted = map[string]Plan{}, map[string]Plan{}
+	for _, r := range served {
+		if f.Skip(r.Resource.GroupResource()) {
+			continue
+		}
+		class := f.Class(r.Resource)
+		if f.Done(class) {
+			continue
+		}
+		read, ok := f.Matches(resourceAttributes(r, op), r)
+		if !ok {
+			continue
+		}
+		candidates := converted
+		if read == r.Resource {
+			candidates = direct
+		}
+		if _, taken := candidates[class]; !taken {
+			candidates[class] = Plan{Request: r, Read: read}
+		}
+	}
+	return direct, converted
 }
 
 // classKey identifies the class of resources equivalent to gvr.

@@ -60,7 +60,7 @@ func (e *evaluation) run(gvr schema.GroupVersionResource) (results []audit.Resul
 	key := e.p.classKey(gvr)
 	for _, b := range e.p.bindings {
 		pl, ok := b.plans[key]
-		if !ok || pl.read != gvr {
+		if !ok || pl.Read != gvr {
 			continue // not bound here, or evaluated when the object is read in another version
 		}
 		res, policyFailed := e.binding(b, pl)
@@ -158,7 +158,7 @@ func objectAttributes(obj *unstructured.Unstructured, r APIResource, op admissio
 
 // binding evaluates one binding, as the apiserver's dispatcher does for one request. policyFailed reports an
 // error of the policy itself, which ends the evaluation of the object.
-func (e *evaluation) binding(b *boundBinding, pl plan) (results []audit.Result, policyFailed bool) {
+func (e *evaluation) binding(b *boundBinding, pl Plan) (results []audit.Result, policyFailed bool) {
 	base := b.properties()
 	defer func() {
 		if r := recover(); r != nil {
@@ -289,13 +289,13 @@ func secretRedactor(secret runtime.Object) *audit.Redactor {
 // operation finds the first operation (CREATE, UPDATE, then DELETE) for which both the policy and the binding
 // match the object; op is empty when none does. Configuration errors, of the policy (policyFailed) or of the
 // binding, are returned as results.
-func (e *evaluation) operation(b *boundBinding, pl plan, base map[string]string) (
+func (e *evaluation) operation(b *boundBinding, pl Plan, base map[string]string) (
 	match definitionMatch, op admission.Operation, errs []audit.Result, policyFailed bool,
 ) {
 	for _, candidate := range []admission.Operation{admission.Create, admission.Update, admission.Delete} {
 		// DELETE only decides whether to report a skip: its errors are not the audited request's.
 		audited := candidate != admission.Delete
-		d := e.definition(pl.request, candidate)
+		d := e.definition(pl.Request, candidate)
 		if d.err != nil && audited {
 			return d, "", []audit.Result{e.result(RuleConfiguration, audit.Error, "failed to configure policy: "+d.err.Error(), e.errorProps(nil))}, true
 		}

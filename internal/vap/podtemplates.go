@@ -95,7 +95,7 @@ func (p *Policy) coversPods() bool {
 	pods := podsResource()
 	key := p.classKey(pods)
 	for _, b := range p.bindings {
-		if pl, ok := b.plans[key]; ok && pl.read == pods {
+		if pl, ok := b.plans[key]; ok && pl.Read == pods {
 			return true
 		}
 	}

@@ -3,7 +3,6 @@ package vap
 import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/admission/plugin/policy/matching"
 	"k8s.io/client-go/informers"
 )
@@ -27,11 +26,6 @@ func NewParamInformer(source ParamSource, gvk schema.GroupVersionKind) informers
 // does.
 func ResourceLevel(m *admissionregistrationv1.MatchResources) *admissionregistrationv1.MatchResources {
 	return resourceLevel(m)
-}
-
-// ResourceAttributes describes a request of operation op for some object of r, for resource-level matching.
-func ResourceAttributes(r APIResource, op admission.Operation) admission.Attributes {
-	return resourceAttributes(r, op)
 }
 
 // ReportResource reports whether gr is one of the report resources celaudit writes: a policy covers them
